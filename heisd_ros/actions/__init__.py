@@ -1,0 +1,1 @@
+"""Action tokens: OpenVLA-compatible bins, normalisation and kinematic groups."""

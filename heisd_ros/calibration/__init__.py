@@ -1,0 +1,1 @@
+"""Calibration: offline thresholds for the router and the adaptive verify-skip."""

@@ -1,0 +1,1 @@
+"""Data: episodes, the compact training format and rosbag2 I/O."""

@@ -1,0 +1,1 @@
+"""Decoding: AR, draft trees, tree verification, acceptance rules, speculative decoders."""

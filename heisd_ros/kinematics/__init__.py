@@ -1,0 +1,1 @@
+"""Kinematics: the kinematic router (curvature radius, displacement, fused metric)."""

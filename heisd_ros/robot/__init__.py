@@ -1,0 +1,1 @@
+"""Robot backends behind one interface: piper_sdk, simulated and replayed arms."""

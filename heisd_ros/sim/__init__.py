@@ -1,0 +1,1 @@
+"""Simulation: the MuJoCo PIPER tabletop, task suites and scripted experts."""

@@ -1,0 +1,1 @@
+"""Command-line tools, one ``heisd-<verb>`` entry point each."""
