@@ -11,11 +11,10 @@ from __future__ import annotations
 import sys
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.node import Node
-
 from heisd_ros.msg import EECommand, EpisodeStatus, HybridStep, RetrievalCandidate
 from heisd_ros.srv import Retrieve, SetInstruction
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
 
 MSG_TYPES = (EECommand, EpisodeStatus, HybridStep, RetrievalCandidate)
 
@@ -35,12 +34,14 @@ class EchoPeer(Node):
         self.create_service(SetInstruction, "/heisd_test/set_instruction", self._set_instruction)
 
     def _retrieve(self, request, response):
-        response.status = Retrieve.Response.STATUS_OK if request.k else Retrieve.Response.STATUS_EMPTY
+        ok = request.k > 0
+        response.status = Retrieve.Response.STATUS_OK if ok else Retrieve.Response.STATUS_EMPTY
         response.reason = "" if request.k else f"k=0 for task {request.task!r}"
         for i in range(request.k):
             cand = RetrievalCandidate()
-            cand.id = request.demoted_ids[i % len(request.demoted_ids)] if request.demoted_ids else i
-            cand.score = request.embedding[i % len(request.embedding)] if request.embedding else 0.0
+            ids, emb = request.demoted_ids, request.embedding
+            cand.id = ids[i % len(ids)] if len(ids) else i
+            cand.score = emb[i % len(emb)] if len(emb) else 0.0
             cand.task = request.task
             cand.episode = request.deadline.sec
             cand.step = request.deadline.nanosec
