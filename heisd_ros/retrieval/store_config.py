@@ -1,0 +1,155 @@
+"""Configuration of the vector store and the metadata stored with every HeiSD database."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+#: Backends by name; :func:`heisd_ros.retrieval.store.open_store` dispatches on these.
+BACKENDS: tuple[str, ...] = ("edge", "qdrant")
+#: How the ``qdrant`` backend lays tasks out: one collection per task, or one shared
+#: collection whose points carry a ``task`` payload field used as a filter (tenant shards).
+LAYOUTS: tuple[str, ...] = ("per_task", "shared")
+#: Bump when the payload layout (see ``records.py``) changes incompatibly.
+PAYLOAD_SCHEMA_VERSION = 1
+MANIFEST_FORMAT = "heisd-retrieval-db"
+
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Where the vector DB lives and how it is indexed.
+
+    Attributes:
+        backend: "edge" (Qdrant Edge, embedded in-process, persisted in ``path``; the robot
+            default) or "qdrant" (qdrant-client against ``url``, or its local mode at ``path``,
+            ``":memory:"`` for a throw-away DB).
+        path: DB directory (edge, qdrant local mode). Empty for a server.
+        url: Qdrant server/cluster URL (qdrant backend only), e.g. "http://db:6333".
+        api_key: API key for the server; empty for none.
+        timeout_s: client request timeout for the server, seconds.
+        layout: "per_task" collections or one "shared" collection filtered by task.
+        collection_prefix: prefix of every collection name (several DBs on one server).
+        replication_factor, shard_number: collection settings on a server/cluster.
+        hnsw_m, hnsw_ef_construct: HNSW graph parameters at build time.
+        hnsw_ef: HNSW beam width at query time.
+        exact_search: brute-force search (exact; for tests and small DBs).
+        full_scan_threshold_kb: below this segment size (KB) the edge backend scans instead of
+            walking the graph.
+        max_search_threads: edge search threads (0 = one per CPU); keep small on a shared CPU.
+    """
+
+    backend: str = "edge"
+    path: str = ""
+    url: str = ""
+    api_key: str = ""
+    timeout_s: float = 5.0
+    layout: str = "per_task"
+    collection_prefix: str = "heisd"
+    replication_factor: int = 1
+    shard_number: int = 1
+    hnsw_m: int = 16
+    hnsw_ef_construct: int = 100
+    hnsw_ef: int = 64
+    exact_search: bool = False
+    full_scan_threshold_kb: int = 1000
+    max_search_threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend: unknown backend {self.backend!r}; valid: {list(BACKENDS)}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout: unknown layout {self.layout!r}; valid: {list(LAYOUTS)}")
+        if self.backend == "edge":
+            if not self.path:
+                raise ValueError("path: the edge backend needs a DB directory, got ''")
+            if self.url:
+                raise ValueError(f"url: the edge backend is embedded and takes no url, "
+                                 f"got {self.url!r}")
+            if self.layout != "per_task":
+                raise ValueError(f"layout: the edge backend stores one shard per task; "
+                                 f"got {self.layout!r}, valid: ['per_task']")
+        elif bool(self.path) == bool(self.url):
+            raise ValueError(f"path/url: the qdrant backend needs exactly one of them, "
+                             f"got path={self.path!r} url={self.url!r}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s: expected > 0 s, got {self.timeout_s}")
+        if not _NAME_RE.match(self.collection_prefix):
+            raise ValueError(f"collection_prefix: expected a letter then up to 31 of "
+                             f"[A-Za-z0-9_-], got {self.collection_prefix!r}")
+        for name in ("replication_factor", "shard_number", "hnsw_ef_construct", "hnsw_ef"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if self.hnsw_m < 2:
+            raise ValueError(f"hnsw_m: expected >= 2, got {self.hnsw_m}")
+        if self.full_scan_threshold_kb < 0:
+            raise ValueError(f"full_scan_threshold_kb: expected >= 0, "
+                             f"got {self.full_scan_threshold_kb}")
+        if self.max_search_threads < 0:
+            raise ValueError(f"max_search_threads: expected >= 0, got {self.max_search_threads}")
+
+    @property
+    def is_local(self) -> bool:
+        """True when no server is involved (edge, or qdrant-client's local mode)."""
+        return not self.url
+
+
+@dataclass(frozen=True)
+class DbManifest:
+    """What a DB was built with; checked on open so a stale DB fails loudly, not silently.
+
+    Attributes:
+        dimension: embedding dimension of every vector.
+        model_fingerprint: identifies the embedding model/config (e.g. checkpoint hash +
+            pooling); retrieval with another embedding would return nonsense neighbours.
+        distance: always "cosine" (HeiSD uses L2-normalised embeddings).
+        payload_schema_version: version of the payload layout in ``records.py``.
+    """
+
+    dimension: int
+    model_fingerprint: str
+    distance: str = "cosine"
+    payload_schema_version: int = PAYLOAD_SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dimension, bool) or not isinstance(self.dimension, int) \
+                or self.dimension < 1:
+            raise ValueError(f"dimension: expected a positive int, got {self.dimension!r}")
+        if not isinstance(self.model_fingerprint, str) or not self.model_fingerprint.strip():
+            raise ValueError(f"model_fingerprint: expected a non-empty string, "
+                             f"got {self.model_fingerprint!r}")
+        if self.distance != "cosine":
+            raise ValueError(f"distance: only 'cosine' is supported, got {self.distance!r}")
+
+    def to_dict(self) -> dict:
+        """JSON-ready form, tagged with the manifest format."""
+        return {"format": MANIFEST_FORMAT, "dimension": self.dimension,
+                "model_fingerprint": self.model_fingerprint, "distance": self.distance,
+                "payload_schema_version": self.payload_schema_version}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> DbManifest:
+        """Parse a stored manifest; raise ValueError naming what is missing or malformed."""
+        if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
+            raise ValueError(f"manifest: not a {MANIFEST_FORMAT} manifest: {data!r:.200}")
+        missing = [k for k in ("dimension", "model_fingerprint") if k not in data]
+        if missing:
+            raise ValueError(f"manifest: missing fields {missing}")
+        return cls(dimension=data["dimension"], model_fingerprint=data["model_fingerprint"],
+                   distance=data.get("distance", "cosine"),
+                   payload_schema_version=data.get("payload_schema_version", 1))
+
+
+def collection_name(prefix: str, task: str) -> str:
+    """Deterministic, backend-safe collection name for a task (any string, e.g. an instruction).
+
+    A readable slug plus 8 hex digits of the task's SHA-1, so different tasks never collide
+    even when their slugs do.
+    """
+    if not isinstance(task, str) or not task.strip():
+        raise ValueError(f"task: expected a non-empty string, got {task!r}")
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", task).strip("_").lower()[:40] or "task"
+    digest = hashlib.sha1(task.encode("utf-8")).hexdigest()[:8]
+    return f"{prefix}_{slug}_{digest}"
