@@ -88,10 +88,13 @@ def test_retrieval_and_router_import_without_torch():
 
 
 def test_console_scripts_resolve():
-    from importlib.metadata import entry_points
+    from importlib.metadata import distributions
 
-    scripts = [ep for ep in entry_points(group="console_scripts")
-               if ep.name.startswith("heisd-")]
+    # Not importlib.metadata.entry_points(): it keeps one distribution per name, and the colcon
+    # install space holds a second heisd_ros (the interfaces' egg-info, without scripts).
+    scripts = [ep for dist in distributions() if dist.metadata["Name"] == "heisd_ros"
+               for ep in dist.entry_points
+               if ep.group == "console_scripts" and ep.name.startswith("heisd-")]
     assert scripts, "heisd_ros is not pip-installed (pip install -e .)"
     for ep in scripts:
         module = importlib.import_module(ep.module)

@@ -1,0 +1,163 @@
+"""Demonstration collection: scripted episodes per task, written as npz and/or rosbag2.
+
+Each requested task gets ``episodes`` attempts with seeds ``seed, seed + 1, ...``; attempts in
+which the scripted expert fails are dropped (never written) and counted in the summary.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from heisd_ros.data.npz_episodes import episode_path, save_episode
+from heisd_ros.data.rosbag_io import make_typestore, write_episode_bag
+from heisd_ros.sim.config import SimConfig
+from heisd_ros.sim.demos import record_expert_episode
+from heisd_ros.sim.env import PiperSimEnv
+from heisd_ros.sim.expert import ExpertConfig, ScriptedExpert
+from heisd_ros.sim.suites import get_task, list_tasks
+
+FORMATS = ("npz", "mcap", "sqlite3", "both")
+
+#: Called after every attempt with (suite, task, seed, kept).
+ProgressCallback = Callable[[str, str, int, bool], None]
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """What to collect and where.
+
+    Attributes:
+        suites: suite names; every task of each, unless ``tasks`` narrows it down.
+        tasks: task names to keep (empty = all tasks of the suites); each must exist in at
+            least one of the suites.
+        episodes: attempts per task.
+        seed: seed of the first attempt.
+        out_dir: output root.
+        fmt: "npz", "mcap", "sqlite3" (rosbag2 storage) or "both" (npz + mcap).
+        overwrite: replace existing episode files instead of refusing.
+        max_steps: per-episode step limit (None = each task's own limit).
+    """
+
+    suites: tuple[str, ...]
+    tasks: tuple[str, ...] = ()
+    episodes: int = 10
+    seed: int = 0
+    out_dir: str = "demos"
+    fmt: str = "npz"
+    overwrite: bool = False
+    max_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.suites:
+            raise ValueError("suites: expected at least one suite name")
+        if self.episodes < 1:
+            raise ValueError(f"episodes: expected >= 1, got {self.episodes}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps: expected >= 1 or None, got {self.max_steps}")
+        if self.fmt not in FORMATS:
+            raise ValueError(f"fmt: expected one of {FORMATS}, got {self.fmt!r}")
+        known = {t for suite in self.suites for t in list_tasks(suite)}  # validates suites
+        unknown = sorted(set(self.tasks) - known)
+        if unknown:
+            raise ValueError(f"tasks: {unknown} are not in suites {list(self.suites)}; valid "
+                             f"tasks are {sorted(known)}")
+
+    def selected(self) -> list[tuple[str, str]]:
+        """(suite, task) pairs to collect, in order."""
+        return [(suite, task) for suite in self.suites for task in list_tasks(suite)
+                if not self.tasks or task in self.tasks]
+
+    @property
+    def total_attempts(self) -> int:
+        """Episodes that will be attempted in all."""
+        return len(self.selected()) * self.episodes
+
+
+def collect(config: CollectConfig, sim_config: SimConfig | None = None,
+            expert_config: ExpertConfig | None = None,
+            progress: ProgressCallback | None = None) -> dict:
+    """Record demonstrations; return the JSON-serialisable summary (also the summary file's)."""
+    out = Path(config.out_dir)
+    _check_free(out, config)
+    typestore = make_typestore() if config.fmt != "npz" else None
+    per_task = {}
+    for suite, task in config.selected():
+        kept, dropped, steps = [], [], []
+        with PiperSimEnv(get_task(suite, task), sim_config) as env:
+            expert = ScriptedExpert(env, expert_config)
+            for seed in range(config.seed, config.seed + config.episodes):
+                record = record_expert_episode(env, expert, seed, config.max_steps)
+                if record.success:
+                    _write(record, out, config, typestore)
+                    kept.append(seed)
+                    steps.append(record.num_steps)
+                else:
+                    dropped.append(seed)
+                if progress is not None:
+                    progress(suite, task, seed, record.success)
+        per_task[f"{suite}/{task}"] = {
+            "attempted": config.episodes, "kept": len(kept), "dropped": len(dropped),
+            "dropped_seeds": dropped,
+            "mean_steps": round(sum(steps) / len(steps), 1) if steps else None}
+    return {
+        "format": config.fmt, "out_dir": str(out), "seed": config.seed,
+        "episodes_per_task": config.episodes,
+        "total_kept": sum(v["kept"] for v in per_task.values()),
+        "total_dropped": sum(v["dropped"] for v in per_task.values()),
+        "tasks": per_task, "sim_config": asdict(sim_config or SimConfig()),
+    }
+
+
+def bag_path(root: str | Path, suite: str, task: str, seed: int) -> Path:
+    """The rosbag2 directory of (suite, task, seed), next to its npz file."""
+    return episode_path(root, suite, task, seed).with_suffix("").with_name(
+        f"episode_{int(seed):06d}_bag")
+
+
+def _targets(out: Path, config: CollectConfig, suite: str, task: str,
+             seed: int) -> list[tuple[str, Path]]:
+    """(storage kind, path) of every file/directory one episode is written to."""
+    targets: list[tuple[str, Path]] = []
+    if config.fmt in ("npz", "both"):
+        targets.append(("npz", episode_path(out, suite, task, seed)))
+    if config.fmt != "npz":
+        storage = "sqlite3" if config.fmt == "sqlite3" else "mcap"
+        targets.append((storage, bag_path(out, suite, task, seed)))
+    return targets
+
+
+def _check_free(out: Path, config: CollectConfig) -> None:
+    """Fail before any simulation when an output exists and overwriting was not asked for."""
+    if config.overwrite:
+        return
+    for suite, task in config.selected():
+        for seed in range(config.seed, config.seed + config.episodes):
+            for _, path in _targets(out, config, suite, task, seed):
+                if path.exists():
+                    raise ValueError(f"out_dir: {path} already exists; pass overwrite=True "
+                                     f"(--overwrite) or choose another output directory")
+
+
+def _write(record, out: Path, config: CollectConfig, typestore) -> None:
+    for kind, path in _targets(out, config, record.suite, record.task, record.seed):
+        if path.is_dir():
+            shutil.rmtree(path)  # only reachable with overwrite=True, see _check_free
+        if kind == "npz":
+            save_episode(record, path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_episode_bag(record, path, storage=kind, typestore=typestore)
+
+
+def summary_lines(summary: dict) -> Sequence[str]:
+    """Human-readable summary, one line per task plus a total."""
+    lines = [f"{name}: kept {v['kept']}/{v['attempted']}"
+             + (f" (dropped seeds {v['dropped_seeds']})" if v["dropped"] else "")
+             + (f", mean {v['mean_steps']} steps" if v["mean_steps"] else "")
+             for name, v in summary["tasks"].items()]
+    lines.append(f"total: kept {summary['total_kept']}, dropped {summary['total_dropped']} "
+                 f"failed expert episodes; written to {summary['out_dir']} ({summary['format']})")
+    return lines

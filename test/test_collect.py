@@ -1,0 +1,77 @@
+"""heisd-collect end to end: npz + MCAP written, summary counts kept and dropped episodes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from heisd_ros.data.npz_episodes import iter_episode_paths, iter_steps, load_episode
+from heisd_ros.data.rosbag_io import (
+    TOPIC_TYPES,
+    TOPIC_WRIST,
+    bag_topic_summary,
+    image_from_msg,
+    read_bag_messages,
+)
+from heisd_ros.sim.collection import CollectConfig, bag_path
+from heisd_ros.tools.collect import main
+
+
+def test_collect_writes_npz_and_mcap_that_read_back(tmp_path, capsys):
+    out = tmp_path / "demos"
+    code = main(["--suites", "piper_goal", "--tasks", "stack_blue_on_red", "--episodes", "2",
+                 "--seed", "4", "--format", "both", "--image-size", "64", "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    entry = summary["tasks"]["piper_goal/stack_blue_on_red"]
+    assert entry["attempted"] == 2 and entry["kept"] + entry["dropped"] == 2
+    assert entry["kept"] >= 1
+    assert "kept" in capsys.readouterr().out
+
+    paths = iter_episode_paths(out)
+    assert len(paths) == entry["kept"]
+    record = load_episode(paths[0])
+    assert record.success and record.step_success[-1] and not record.step_success[:-1].any()
+    assert record.image_third_person.shape[1:] == (64, 64, 3)
+    obs, action = next(iter(iter_steps(paths[0])))
+    assert obs.instruction == "stack the blue block on the red block" and action.shape == (7,)
+
+    bag = bag_path(out, "piper_goal", "stack_blue_on_red", record.seed)
+    assert list(bag.glob("*.mcap"))
+    counts = bag_topic_summary(bag)
+    assert set(counts) == set(TOPIC_TYPES)
+    assert all(count == record.num_steps for _, count in counts.values())
+    assert all(counts[t][0] == msgtype for t, msgtype in TOPIC_TYPES.items())
+    frames = [msg for _, _, msg in read_bag_messages(bag, topics=[TOPIC_WRIST])]
+    assert np.array_equal(image_from_msg(frames[-1]), record.image_wrist[-1])
+
+    # Existing outputs are refused before any simulation runs, unless --overwrite.
+    again = ["--suites", "piper_goal", "--tasks", "stack_blue_on_red", "--episodes", "2",
+             "--seed", "4", "--format", "both", "--image-size", "64", "--out", str(out)]
+    assert main(again) == 2
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_failed_expert_episodes_are_dropped_and_counted(tmp_path):
+    out = tmp_path / "demos"
+    # Three steps are far too few for any pick-and-place: every attempt fails.
+    code = main(["--suites", "piper_spatial", "--tasks", "block_left_of_plate", "--episodes", "2",
+                 "--max-steps", "3", "--image-size", "32", "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["total_kept"] == 0 and summary["total_dropped"] == 2
+    assert summary["tasks"]["piper_spatial/block_left_of_plate"]["dropped_seeds"] == [0, 1]
+    assert iter_episode_paths(out) == []
+
+
+def test_collect_config_names_bad_fields():
+    with pytest.raises(ValueError, match="piper_goal"):
+        CollectConfig(suites=("nope",))
+    with pytest.raises(ValueError, match="tasks"):
+        CollectConfig(suites=("piper_goal",), tasks=("block_left_of_plate",))
+    with pytest.raises(ValueError, match="fmt"):
+        CollectConfig(suites=("piper_goal",), fmt="hdf5")
+    with pytest.raises(SystemExit):
+        main(["--suites", "piper_goal", "--format", "hdf5"])
