@@ -1,1 +1,11 @@
-"""Decoding: AR, draft trees, tree verification, acceptance rules, speculative decoders."""
+"""Decoding: AR, draft trees, tree verification, acceptance rules, speculative decoders.
+
+- ``tree``: :class:`DraftTree`, the token-tree contract every draft source produces.
+- ``draft_source``: :class:`DraftSource` (``propose`` / ``feedback``), :class:`DraftContext`.
+- ``acceptance``: :class:`VerifyView`, ``exact_rule``, :class:`RelaxedRule`.
+- ``step``: ``speculative_step``, one verify-accept-commit-bonus round.
+- ``decoder``: :class:`ActionDecoder` (AR baseline or speculative with any source).
+- ``drafter_source``: the EAGLE-2 dynamic-tree drafter; ``retrieval_tree``: group trees.
+- ``stats``: :class:`StepStats` counters and the stage clock; ``bench_runner``: heisd-bench.
+- ``hf_reference``: greedy decoding through ``transformers.generate`` (a test oracle).
+"""

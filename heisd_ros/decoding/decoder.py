@@ -1,0 +1,111 @@
+"""Decode one 7-token action: AR greedy, or speculative with any draft source.
+
+``ActionDecoder(target)`` is the AR baseline (1 prefill + 6 decode forwards).
+``ActionDecoder(target, source, rule)`` asks ``source`` for a tree before every forward after
+the prefill (or also for the prefill itself with ``draft_in_prefill=True``, which retrieval
+uses so a fully accepted draft costs one target forward).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from heisd_ros.actions.normalization import ActionCodec
+from heisd_ros.data.observation import ACTION_DIM, Observation
+from heisd_ros.decoding.acceptance import AcceptanceRule, exact_rule
+from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
+from heisd_ros.decoding.stats import StageClock, StepStats
+from heisd_ros.decoding.step import speculative_step
+from heisd_ros.models.target import TargetVLA
+
+_ACTION_IDS = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """One decoded action.
+
+    Attributes:
+        tokens: (7,) action token ids.
+        bins: (7,) bins 0..255.
+        action: (7,) physical action (m, rad, gripper 0/1) from the decoder's codec.
+        hidden: (7, H) last-layer hidden state (lm_head input) that predicted each token.
+        vision_features: (n_cameras, D) pooled vision features (retrieval DB embedding input).
+        stats: counters and stage latencies.
+    """
+
+    tokens: np.ndarray
+    bins: np.ndarray
+    action: np.ndarray
+    hidden: torch.Tensor
+    vision_features: torch.Tensor
+    stats: StepStats
+
+
+class ActionDecoder:
+    """Greedy or speculative decoding of one action per call (see the module docstring)."""
+
+    def __init__(self, target: TargetVLA, source: DraftSource | None = None,
+                 rule: AcceptanceRule = exact_rule, codec: ActionCodec | None = None,
+                 draft_in_prefill: bool = False):
+        if draft_in_prefill and source is None:
+            raise ValueError("draft_in_prefill: needs a draft source")
+        self.target = target
+        self.source = source
+        self.rule = rule
+        self.codec = codec or ActionCodec()
+        self.draft_in_prefill = draft_in_prefill
+
+    def decode(self, observation: Observation) -> ActionResult:
+        """Decode the 7 action tokens of ``observation`` and return them with counters."""
+        target, stats = self.target, StepStats()
+        clock = StageClock(target.device)
+        with clock.stage("vision"):
+            prefix = target.encode(observation)
+        state = target.start(prefix)
+        action_id = next(_ACTION_IDS)
+        # All (hidden state, next input embedding) pairs of this action, for draft sources.
+        hidden, seen_hidden, seen_next = [], None, None
+        sources = []
+        while len(state.action_tokens) < ACTION_DIM:
+            first_round = state.cached_length == 0
+            tree = None
+            if self.source is not None and (self.draft_in_prefill or not first_round):
+                context = DraftContext(
+                    observation=observation, vision_features=prefix.vision_features,
+                    action_tokens=tuple(state.action_tokens),
+                    max_depth=ACTION_DIM - len(state.action_tokens),
+                    committed_length=state.committed_length, hidden=seen_hidden,
+                    next_embeds=seen_next, first_call=not sources, action_id=action_id)
+                with clock.stage("draft"):
+                    tree = self.source.propose(context)
+                stats.drafter_forwards += self.source.forwards
+                stats.retrieval_calls += self.source.retrieval_calls
+                sources.append(self.source.name)
+            with clock.stage("prefill" if first_round else "verify"):
+                result = speculative_step(target, state, tree, self.rule, ACTION_DIM)
+            stats.target_forwards += 1
+            if len(result.tree):
+                stats.accepted_lengths.append(len(result.tokens))
+                stats.tokens_from_draft += len(result.path)
+                if stats.first_error_position < 0:
+                    stats.first_error_position = result.first_rejected_dim
+                self.source.feedback(AcceptedDraft(result.tree, tuple(result.path),
+                                                   result.target_bins, result.bonus_token))
+            hidden.append(result.predicting_hidden)
+            if seen_hidden is None:
+                seen_hidden, seen_next = result.new_hidden, result.next_embeds
+            else:
+                seen_hidden = torch.cat([seen_hidden, result.new_hidden], dim=1)
+                seen_next = torch.cat([seen_next, result.next_embeds], dim=1)
+        stats.draft_source = "+".join(sorted(set(sources)))
+        stats.stage_ms = clock.finish()
+        tokens = np.asarray(state.action_tokens, dtype=np.int64)
+        bins = target.actions.bin_of_token(tokens)
+        return ActionResult(tokens=tokens, bins=bins, action=self.codec.decode(bins),
+                            hidden=torch.cat(hidden), vision_features=prefix.vision_features,
+                            stats=stats)

@@ -1,0 +1,82 @@
+"""Counters and stage timing returned with every decoded action (mirrors msg/HybridStep.msg)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+#: Stage names of the latency breakdown (HybridStep.msg: <stage>_ms).
+STAGES = ("vision", "retrieval", "prefill", "draft", "verify", "overhead", "total")
+
+
+@dataclass
+class StepStats:
+    """Work and latency of one 7-token action.
+
+    Attributes:
+        target_forwards: VLA LLM forwards (AR: 7; prefill included).
+        drafter_forwards: draft-head forwards (catch-up and each tree level count one each).
+        retrieval_calls: vector-DB queries.
+        accepted_lengths: per verification round of a non-empty draft, tokens committed by that
+            round, bonus included (EAGLE convention). Plain AR / prefill forwards are not rounds.
+        tokens_from_draft: action tokens taken from drafts (0..7).
+        first_error_position: first action position (0..6) where a draft token was rejected;
+            -1 when none was.
+        draft_source: who drafted ("" for AR, else the sources' names joined by "+").
+        stage_ms: latency per stage in ms, keys from ``STAGES``.
+    """
+
+    target_forwards: int = 0
+    drafter_forwards: int = 0
+    retrieval_calls: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)
+    tokens_from_draft: int = 0
+    first_error_position: int = -1
+    draft_source: str = ""
+    stage_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """AL of this action; 1.0 when no draft was verified (every forward gave one token)."""
+        if not self.accepted_lengths:
+            return 1.0
+        return sum(self.accepted_lengths) / len(self.accepted_lengths)
+
+
+class StageClock:
+    """Accumulates wall-clock milliseconds per stage.
+
+    On a CUDA device the clock synchronises before reading the timer at every boundary, so GPU
+    work is charged to the stage that queued it (the cost is one sync per stage boundary).
+    """
+
+    def __init__(self, device=None):
+        self._cuda = getattr(device, "type", str(device)) == "cuda"
+        self.ms = dict.fromkeys(STAGES, 0.0)
+        self._start = self._now()
+
+    def _now(self) -> float:
+        if self._cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    @contextmanager
+    def stage(self, name: str):
+        """Context manager charging the enclosed wall-clock time to stage ``name``."""
+        if name not in STAGES or name in ("overhead", "total"):
+            raise ValueError(f"stage: expected one of {STAGES[:5]}, got {name!r}")
+        start = self._now()
+        try:
+            yield
+        finally:
+            self.ms[name] += (self._now() - start) * 1e3
+
+    def finish(self) -> dict[str, float]:
+        """Close the clock: total since creation, overhead = total - measured stages."""
+        self.ms["total"] = (self._now() - self._start) * 1e3
+        measured = sum(v for k, v in self.ms.items() if k not in ("overhead", "total"))
+        self.ms["overhead"] = max(0.0, self.ms["total"] - measured)
+        return dict(self.ms)

@@ -1,0 +1,105 @@
+r"""The small VLA that ships with the project: two-camera encoder + ``LlamaForCausalLM``.
+
+Prompt layout (OpenVLA's order, byte-level text):
+    [bos] [primary patches] [wrist patches] [proprio token, if configured]
+    "In: <instruction, lower case>\\nOut:"
+followed by the 7 action tokens. A missing wrist camera is fed as a black image; a missing
+proprioception vector as zeros.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from heisd_ros.data.observation import Observation
+from heisd_ros.models.small_vla_config import SmallVLAConfig
+from heisd_ros.models.target import Prefix, TargetVLA
+from heisd_ros.models.vision import TwoCameraEncoder
+from heisd_ros.models.vocab import BOS_ID
+
+PROMPT_TEMPLATE = "In: {instruction}\nOut:"
+
+
+class SmallVLANet(nn.Module):
+    """All weights of the small VLA (what a checkpoint stores)."""
+
+    def __init__(self, config: SmallVLAConfig):
+        super().__init__()
+        from transformers import LlamaForCausalLM
+
+        self.config = config
+        self.vision = TwoCameraEncoder(config)
+        self.proprio = (nn.Linear(config.proprio_dim, config.hidden_size)
+                        if config.proprio_dim else None)
+        self.llm = LlamaForCausalLM(config.llama_config())
+
+
+class SmallVLA(TargetVLA):
+    """The shipped target VLA (see the module docstring).
+
+    Build with :meth:`random` or load with ``heisd_ros.models.checkpoint.load_small_vla``.
+    """
+
+    def __init__(self, net: SmallVLANet):
+        self.net = net.eval()
+        self.config = net.config
+        self.vocab = net.config.vocab
+        super().__init__(net.llm, self.vocab.actions)
+
+    @classmethod
+    def random(cls, config: SmallVLAConfig | None = None, seed: int = 0,
+               lm_head_scale: float = 1.0) -> SmallVLA:
+        """Seeded random weights.
+
+        ``lm_head_scale`` > 1 sharpens the output distribution (a "peaked" random model whose
+        greedy choices are far from ties).
+        """
+        config = config or SmallVLAConfig()
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            net = SmallVLANet(config)
+        with torch.no_grad():
+            net.llm.lm_head.weight.mul_(lm_head_scale)
+        return cls(net)
+
+    def prompt_ids(self, instruction: str) -> list[int]:
+        """Token ids of bos + the text part of the prompt (the vision tokens go between)."""
+        text = PROMPT_TEMPLATE.format(instruction=instruction.strip().lower()
+                                      [: self.config.max_instruction_bytes])
+        return [BOS_ID] + self.vocab.encode_text(text, self.config.max_instruction_bytes + 16)
+
+    @torch.no_grad()
+    def encode(self, observation: Observation) -> Prefix:
+        """Prefix embeddings and pooled vision features of ``observation`` (no autograd)."""
+        return self.prefix(observation)
+
+    def prefix(self, observation: Observation) -> Prefix:
+        """:meth:`encode` with autograd enabled (for training the VLA end to end)."""
+        wrist = observation.image_wrist
+        if wrist is None:
+            wrist = np.zeros_like(observation.image_primary)
+        tokens, pooled = self.net.vision(self.net.vision.pixels([observation.image_primary, wrist]))
+        ids = self.prompt_ids(observation.instruction)
+        text = self.embed(ids)
+        parts = [text[:, :1], tokens.to(text.dtype)]
+        if self.net.proprio is not None:
+            parts.append(self.net.proprio(self._proprio(observation)).reshape(1, 1, -1))
+        parts.append(text[:, 1:])
+        return Prefix(embeds=torch.cat(parts, dim=1), vision_features=pooled.float().cpu())
+
+    def _proprio(self, observation: Observation) -> torch.Tensor:
+        dim = self.config.proprio_dim
+        if observation.proprio is None:
+            return torch.zeros(dim, device=self.device, dtype=self.net.proprio.weight.dtype)
+        if observation.proprio.shape != (dim,):
+            raise ValueError(f"proprio: the model expects {dim} values, got "
+                             f"{observation.proprio.shape[0]}")
+        return torch.as_tensor(observation.proprio, device=self.device,
+                               dtype=self.net.proprio.weight.dtype)
+
+    def to(self, device=None, dtype=None) -> SmallVLA:
+        """Move/cast all weights; returns self."""
+        self.net.to(device=device, dtype=dtype)
+        return self

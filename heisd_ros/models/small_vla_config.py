@@ -1,0 +1,113 @@
+"""Configuration of the shipped small VLA (two-camera vision encoder + Llama decoder)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+from heisd_ros.models.target import MASK_CAPABLE_ATTENTION
+from heisd_ros.models.vocab import ByteVocab
+
+_POSITIVE_INTS = ("image_size_px", "patch_size_px", "vision_dim", "vision_heads",
+                  "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                  "max_instruction_bytes", "max_position_embeddings")
+
+
+@dataclass(frozen=True)
+class SmallVLAConfig:
+    """Sizes of the small VLA.
+
+    The defaults (14.3 M parameters, ~29 MB in fp16) keep the cost profile of OpenVLA in
+    proportion: a one-layer draft head has ~1/14 of the decoder's per-token FLOPs, and the
+    vision encoder is ~1% of an AR action (``heisd-bench profile``).
+
+    Attributes:
+        image_size_px: each camera is resized to a square of this many pixels.
+        patch_size_px: side of a vision patch; (image_size_px / patch_size_px)^2 tokens per camera.
+        vision_dim, vision_layers, vision_heads: the per-camera patch transformer.
+        hidden_size, num_layers, num_heads, intermediate_size: the Llama decoder.
+        vocab_base, model_vocab_size: byte-vocabulary layout (see ``vocab.py``).
+        proprio_dim: length of the proprioception vector fed as one token; 0 = none.
+        max_instruction_bytes: longer instructions are cut (UTF-8 bytes).
+        max_position_embeddings: upper bound on prompt + action length.
+        attn_implementation: "eager" or "sdpa" (must honour a 4D tree mask).
+    """
+
+    image_size_px: int = 64
+    patch_size_px: int = 16
+    vision_dim: int = 128
+    vision_layers: int = 1
+    vision_heads: int = 4
+    hidden_size: int = 256
+    num_layers: int = 16
+    num_heads: int = 4
+    intermediate_size: int = 768
+    vocab_base: int = 515
+    model_vocab_size: int = 576
+    proprio_dim: int = 0
+    max_instruction_bytes: int = 48
+    max_position_embeddings: int = 256
+    attn_implementation: str = "eager"
+
+    def __post_init__(self) -> None:
+        for name in _POSITIVE_INTS:
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        if self.vision_layers < 0:
+            raise ValueError(f"vision_layers: expected >= 0, got {self.vision_layers}")
+        if self.proprio_dim < 0:
+            raise ValueError(f"proprio_dim: expected >= 0, got {self.proprio_dim}")
+        if self.image_size_px % self.patch_size_px:
+            raise ValueError(f"patch_size_px: {self.patch_size_px} does not divide "
+                             f"image_size_px {self.image_size_px}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"num_heads: {self.num_heads} does not divide hidden_size "
+                             f"{self.hidden_size}")
+        if self.vision_dim % self.vision_heads:
+            raise ValueError(f"vision_heads: {self.vision_heads} does not divide vision_dim "
+                             f"{self.vision_dim}")
+        if self.attn_implementation not in MASK_CAPABLE_ATTENTION:
+            raise ValueError(f"attn_implementation: expected one of {MASK_CAPABLE_ATTENTION}, "
+                             f"got {self.attn_implementation!r}")
+        ByteVocab(self.vocab_base, self.model_vocab_size)  # raises on a bad layout
+        longest_prompt = 1 + 2 * self.patches_per_camera + 1 + self.max_instruction_bytes + 16
+        if self.max_position_embeddings < longest_prompt + 8:
+            raise ValueError(f"max_position_embeddings: {self.max_position_embeddings} is too "
+                             f"small for a prompt of up to {longest_prompt} tokens + 7 actions")
+
+    @property
+    def patches_per_camera(self) -> int:
+        """Vision tokens per camera."""
+        return (self.image_size_px // self.patch_size_px) ** 2
+
+    @property
+    def vocab(self) -> ByteVocab:
+        """The byte vocabulary layout of this config."""
+        return ByteVocab(self.vocab_base, self.model_vocab_size)
+
+    def to_json(self) -> str:
+        """The config as JSON (stored in the checkpoint metadata)."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SmallVLAConfig:
+        """Config from :meth:`to_json` output; unknown fields are an error."""
+        data = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"config: unknown fields {unknown}")
+        return cls(**data)
+
+    def llama_config(self):
+        """The ``transformers.LlamaConfig`` of the decoder."""
+        from transformers import LlamaConfig
+
+        return LlamaConfig(
+            vocab_size=self.model_vocab_size, hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size, num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_heads, num_key_value_heads=self.num_heads,
+            max_position_embeddings=self.max_position_embeddings,
+            attn_implementation=self.attn_implementation,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)

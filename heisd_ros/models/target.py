@@ -1,0 +1,223 @@
+"""The target-VLA interface: encode, prefill, verify a token tree, commit the accepted path.
+
+A target wraps a Hugging Face causal LM (``.model`` decoder + ``.lm_head``, e.g.
+``LlamaForCausalLM``) and adds its own :meth:`TargetVLA.encode` (vision + prompt -> input
+embeddings). Everything after the prefix is shared: the decoders never see the model.
+
+Sequence bookkeeping (one :class:`DecodeState` per action):
+- ``cached_length`` positions have keys/values in the cache;
+- ``pending_embeds`` (1, C, H) are committed positions not forwarded yet (the prompt before
+  the prefill, the bonus token afterwards); ``committed_length = cached_length + C``;
+- a forward runs the pending positions causally and then an optional draft tree whose node i
+  sits at ``committed_length + depth(i)`` and attends to the whole context plus its ancestors.
+  A tree can thus ride along in the prefill forward (a fully accepted retrieval draft then
+  costs one target forward).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from heisd_ros.actions.bins import ActionTokenMap
+from heisd_ros.data.observation import Observation
+from heisd_ros.decoding.tree import DraftTree
+
+#: Attention implementations that honour a custom 4D additive mask (tree attention).
+MASK_CAPABLE_ATTENTION = ("eager", "sdpa")
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """A prompt ready for the prefill.
+
+    Attributes:
+        embeds: (1, P, H) input embeddings (vision tokens, proprio, instruction).
+        vision_features: (n_cameras, D) pooled patch features of each camera (primary first),
+            float32 on the CPU; the retrieval DB embeds these.
+    """
+
+    embeds: torch.Tensor
+    vision_features: torch.Tensor
+
+
+@dataclass
+class DecodeState:
+    """KV cache and the committed-but-not-forwarded positions of one decode (see module doc)."""
+
+    cache: DynamicCache
+    pending_embeds: torch.Tensor
+    prefix_length: int
+    cached_length: int = 0
+    action_tokens: list[int] = field(default_factory=list)
+    uncommitted_tree: int = 0   # tree nodes appended to the cache by the last forward
+
+    @property
+    def committed_length(self) -> int:
+        """Prompt + committed action tokens (cached or pending)."""
+        return self.cached_length + self.pending_embeds.shape[1]
+
+
+@dataclass(frozen=True)
+class ForwardOutput:
+    """Result of one target forward over the pending positions plus a tree.
+
+    Attributes:
+        tree: the verified tree (empty for a plain AR / prefill forward).
+        context_hidden: (C, H) last-layer hidden states (lm_head input) of the pending positions.
+        last_logits: (V,) logits at the last pending position: the target's distribution for
+            the root-level tokens.
+        tree_hidden: (N, H) hidden states at the tree nodes.
+        tree_logits: (N, V) logits at the tree nodes (distribution of each node's children).
+    """
+
+    tree: DraftTree
+    context_hidden: torch.Tensor
+    last_logits: torch.Tensor
+    tree_hidden: torch.Tensor
+    tree_logits: torch.Tensor
+
+    def logits_before(self, node: int) -> torch.Tensor:
+        """(V,) logits that predict ``node``'s position (parent's output; roots: context's)."""
+        parent = int(self.tree.parents[node]) if node >= 0 else -1
+        return self.last_logits if parent < 0 else self.tree_logits[parent]
+
+    def hidden_before(self, node: int) -> torch.Tensor:
+        """(H,) hidden state whose lm_head output predicts ``node``'s position."""
+        parent = int(self.tree.parents[node]) if node >= 0 else -1
+        return self.context_hidden[-1] if parent < 0 else self.tree_hidden[parent]
+
+
+class TargetVLA(ABC):
+    """The verifier: a causal LM behind an observation encoder (see the module docstring)."""
+
+    def __init__(self, language_model, actions: ActionTokenMap):
+        attn = getattr(language_model.config, "_attn_implementation", None)
+        if attn not in MASK_CAPABLE_ATTENTION:
+            raise ValueError(f"attn_implementation: tree verification needs one of "
+                             f"{MASK_CAPABLE_ATTENTION} (a 4D custom mask), got {attn!r}")
+        vocab = language_model.get_output_embeddings().weight.shape[0]
+        if vocab < actions.vocab_base:
+            raise ValueError(f"vocab_base: {actions.vocab_base} exceeds the model's "
+                             f"{vocab} output rows")
+        self.language_model = language_model
+        self.actions = actions
+
+    @abstractmethod
+    def encode(self, observation: Observation) -> Prefix:
+        """Vision + prompt -> the prefix embeddings and pooled vision features."""
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the language model."""
+        return self.language_model.device
+
+    @property
+    def hidden_size(self) -> int:
+        """Width H of the last-layer hidden states."""
+        return self.language_model.config.hidden_size
+
+    def embed(self, token_ids) -> torch.Tensor:
+        """(n,) ids -> (1, n, H) input embeddings."""
+        ids = torch.as_tensor(np.asarray(token_ids, dtype=np.int64), device=self.device)
+        return self.language_model.get_input_embeddings()(ids.reshape(1, -1))
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., H) last-layer hidden states -> (..., V) logits."""
+        return self.language_model.get_output_embeddings()(hidden)
+
+    def start(self, prefix: Prefix) -> DecodeState:
+        """A fresh decode whose pending positions are the whole prompt (nothing cached)."""
+        return DecodeState(cache=DynamicCache(config=self.language_model.config),
+                           pending_embeds=prefix.embeds, prefix_length=prefix.embeds.shape[1])
+
+    @torch.no_grad()
+    def forward(self, state: DecodeState, tree: DraftTree | None = None) -> ForwardOutput:
+        """One target forward: the pending positions, then ``tree`` (may be None / empty)."""
+        if state.uncommitted_tree:
+            raise RuntimeError("forward: commit the previous forward's tree first")
+        tree = tree if tree is not None else DraftTree.empty()
+        n_ctx, n_tree = state.pending_embeds.shape[1], len(tree)
+        if n_ctx == 0:
+            raise ValueError("forward: nothing pending; commit a next token first")
+        n_rows = self.language_model.get_input_embeddings().weight.shape[0]
+        if n_tree and (tree.tokens.min() < 0 or tree.tokens.max() >= n_rows):
+            raise ValueError(f"tree.tokens: ids must lie in 0..{n_rows - 1}, got "
+                             f"{tree.tokens.min()}..{tree.tokens.max()}")
+        x = torch.cat([state.pending_embeds, self.embed(tree.tokens)], dim=1)
+        past = state.cached_length
+        depths = torch.as_tensor(tree.depths(), device=self.device)
+        positions = torch.cat([torch.arange(past, past + n_ctx, device=self.device),
+                               past + n_ctx + depths]).unsqueeze(0)
+        mask = tree_attention_mask(past, n_ctx, tree, x.dtype, self.device)
+        out = self.language_model.model(inputs_embeds=x, attention_mask=mask,
+                                        position_ids=positions, past_key_values=state.cache,
+                                        use_cache=True)
+        hidden = out.last_hidden_state[0]
+        # lm_head only where a next-token distribution is needed: last pending + tree nodes.
+        logits = self.lm_head(hidden[n_ctx - 1:])
+        state.uncommitted_tree = n_tree
+        return ForwardOutput(tree=tree, context_hidden=hidden[:n_ctx], last_logits=logits[0],
+                             tree_hidden=hidden[n_ctx:], tree_logits=logits[1:])
+
+    def target_bins(self, out: ForwardOutput) -> np.ndarray:
+        """The target's argmax bin at each tree node's position, (N,) int64.
+
+        Node i's bin comes from its parent's output (roots: the last pending position's); the
+        sequence-wise rule consumes this as ``target_bins_at_node``.
+        """
+        parents = torch.as_tensor(out.tree.parents, device=out.last_logits.device)
+        all_logits = torch.cat([out.last_logits[None], out.tree_logits])  # row 0 = context
+        return self.actions.argmax_bin(all_logits[parents + 1]).cpu().numpy()
+
+    def commit(self, state: DecodeState, out: ForwardOutput, path: list[int],
+               next_token: int | None) -> None:
+        """Keep the pending positions and the accepted ``path`` in the cache.
+
+        The other tree nodes are dropped and ``next_token`` (the bonus token, None at the end)
+        becomes pending.
+        """
+        if not out.tree.is_path(list(path)):
+            raise ValueError(f"path: {path} is not a root-to-node path of the tree")
+        base = state.committed_length
+        if state.cache.get_seq_length() != base + len(out.tree):
+            raise RuntimeError("commit: call it once, right after forward(state, tree)")
+        keep = torch.as_tensor([base + i for i in path], dtype=torch.long, device=self.device)
+        for layer in state.cache.layers:
+            tail = layer.keys.index_select(2, keep), layer.values.index_select(2, keep)
+            layer.keys = torch.cat([layer.keys[:, :, :base], tail[0]], dim=2)
+            layer.values = torch.cat([layer.values[:, :, :base], tail[1]], dim=2)
+        state.cached_length = base + len(path)
+        state.uncommitted_tree = 0
+        state.action_tokens.extend(int(out.tree.tokens[i]) for i in path)
+        if next_token is None:
+            state.pending_embeds = state.pending_embeds[:, :0]
+        else:
+            state.pending_embeds = self.embed([next_token])
+            state.action_tokens.append(int(next_token))
+
+
+def tree_attention_mask(past: int, n_ctx: int, tree: DraftTree, dtype: torch.dtype,
+                        device) -> torch.Tensor:
+    """Additive (1, 1, C + N, past + C + N) mask: 0 = attend, dtype min = blocked.
+
+    Pending rows are causal over the cache and each other; tree rows see the cache, all
+    pending positions, their ancestors and themselves. Additive float (not bool) because eager
+    attention adds the mask to the scores; SDPA accepts the same float mask.
+    """
+    n_tree = len(tree)
+    q, kv = n_ctx + n_tree, past + n_ctx + n_tree
+    allowed = torch.zeros(q, kv, dtype=torch.bool, device=device)
+    allowed[:, :past] = True
+    allowed[:n_ctx, past:past + n_ctx] = torch.ones(n_ctx, n_ctx, dtype=torch.bool,
+                                                     device=device).tril()
+    allowed[n_ctx:, past:past + n_ctx] = True
+    if n_tree:
+        allowed[n_ctx:, past + n_ctx:] = torch.as_tensor(tree.ancestor_matrix(), device=device)
+    mask = torch.zeros(q, kv, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
