@@ -123,14 +123,15 @@ class DrafterSource(DraftSource):
             fed.extend(frontier)
             child_lp, child_ids = self._log_probs(out).topk(k)   # (F, k)
             parent_cum = torch.tensor([cum[i] for i in frontier], device=child_lp.device)
-            child_cum = parent_cum[:, None] + child_lp
+            child_cum = (parent_cum[:, None] + child_lp).tolist()
+            child_ids = child_ids.tolist()
             new_nodes = []
             for row, node in enumerate(frontier):
                 for j in range(k):
                     new_nodes.append(len(tokens))
-                    tokens.append(int(child_ids[row, j]) + first_id)
+                    tokens.append(child_ids[row][j] + first_id)
                     parents.append(node)
-                    cum.append(float(child_cum[row, j]))
+                    cum.append(child_cum[row][j])
                     feature_of[len(tokens) - 1] = out[row]
             frontier = sorted(new_nodes, key=lambda i: -cum[i])[:k]
         return _rerank(tokens, parents, cum, self.config.node_budget)
