@@ -262,6 +262,9 @@ def driver(context, tmp_path_factory):
         "safety.workspace_max_m": [0.5, 0.35, Z_MAX],
         "emulator.initial_joints_rad": list(JOINTS),
         "emulator.gripper_speed_m_s": 0.05,  # 1.4 s for a full close: time to watch the arm
+        # A loaded 2-core CI box can starve the node's threads for half a second; the shipped
+        # 0.5 s would then latch a CAN fault in the middle of an unrelated test.
+        "piper.stale_feedback_s": 1.0,
     })
     drv = Driver(ctx, proc)
     try:

@@ -41,12 +41,13 @@ Interface:
     ``~/emulator/set_can_link`` (std_srvs/SetBool; false = the cable is pulled: no frames in
         either direction), ``~/emulator/inject_collision`` (std_srvs/Trigger, joint 1) and
         ``~/emulator/clear_faults`` (std_srvs/Trigger: clears injected faults and the
-        emergency stop, as the arm's own reset would).
+        emergency stop; unlike the real arm's reset it leaves the motors enabled).
 
 A PIPER that does not answer at start (no power, CAN down) does not stop the node: it reports
 the reason and retries every ``reconnect_period_s``. A lost bus later on is a latched FAULT
 (hold) until ``~/clear_fault`` after the bus is back. Invalid parameters are reported the same
-way; the node then drives nothing.
+way; the node then drives nothing. Stopping the node (Ctrl-C, SIGTERM) closes the CAN port
+and leaves the motors as they are: an enabled arm keeps holding its last target.
 """
 
 from __future__ import annotations
