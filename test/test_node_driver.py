@@ -13,16 +13,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from test.ros_env import require_ros
 
@@ -38,6 +34,7 @@ from heisd_ros.nodes.robot_msgs import ee_command_to_msg, quaternion_to_matrix  
 from heisd_ros.robot.base import CommandSource, EECommand, GripperState  # noqa: E402
 from heisd_ros.robot.piper_kinematics import PiperKinematics  # noqa: E402
 from heisd_ros.robot.poses import rotation_angle, rpy_to_matrix  # noqa: E402
+from test.node_process import NodeProcess, write_params  # noqa: E402
 
 EECommandMsg = hmsg.EECommand
 REPO = Path(__file__).resolve().parents[1]
@@ -51,67 +48,23 @@ POS_TOL_M, ANGLE_TOL_RAD = 3e-6, 1e-4
 OPEN, CLOSED = GripperState.OPEN, GripperState.CLOSED
 
 
-def write_params(path: Path, overrides: dict) -> Path:
-    """The shipped YAML with ``overrides`` ("safety.x" -> nested), for any node name."""
-    shipped = yaml.safe_load((REPO / "config" / "piper_driver_node.yaml").read_text())
-    merged = shipped[NAME]["ros__parameters"]
-    for key, value in overrides.items():
-        *parents, leaf = key.split(".")
-        node = merged
-        for part in parents:
-            node = node[part]
-        assert leaf in node, f"{key} is not in the shipped YAML"
-        node[leaf] = value
-    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": merged}}))
-    return path
-
-
-class NodeProcess:
-    """The node program in a subprocess; stdout and stderr go to a log file."""
+class DriverProcess(NodeProcess):
+    """The driver program in a subprocess with the shipped YAML plus ``overrides``."""
 
     def __init__(self, tmp: Path, domain: int, overrides: dict, name: str = NAME,
                  prefix: str = "") -> None:
-        params = write_params(tmp / "params.yaml", overrides)
+        params = write_params(tmp / "params.yaml", NAME, overrides)
         self.name, self.prefix = name, prefix
         remaps = [f"{t}:={prefix}{t}" for t in ("/joint_states", "/ee_pose", "/heisd/ee_command")]
-        self.log = tmp / "node.log"
-        env = dict(
-            os.environ,
-            ROS_DOMAIN_ID=str(domain),
-            PYTHONPATH=os.pathsep.join(
-                [str(REPO)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)
-            ),
-        )
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(NODE_PROGRAM), "--ros-args", "--params-file", str(params),
-                 "-r", f"__node:={name}", *(a for r in remaps for a in ("-r", r))],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=tmp,
-            )
-
-    def text(self) -> str:
-        """Everything the node printed so far."""
-        return self.log.read_text()
-
-    def stop(self) -> int:
-        """Ctrl-C the node (a clean shutdown) and return its exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        super().__init__([str(NODE_PROGRAM), "--ros-args", "--params-file", str(params),
+                          "-r", f"__node:={name}", *(a for r in remaps for a in ("-r", r))],
+                         tmp, domain)
 
 
 class Driver:
     """This process's view of the node: its topics, services and diagnostics."""
 
-    def __init__(self, context, proc: NodeProcess) -> None:
+    def __init__(self, context, proc: DriverProcess) -> None:
         self.proc = proc
         self.name = proc.name
         self.node = rclpy.create_node(f"{proc.name}_test_client", context=context)
@@ -254,7 +207,7 @@ def context():
 @pytest.fixture(scope="module")
 def driver(context, tmp_path_factory):
     ctx, domain = context
-    proc = NodeProcess(tmp_path_factory.mktemp("driver"), domain, {
+    proc = DriverProcess(tmp_path_factory.mktemp("driver"), domain, {
         "emulate": True,
         "interface": "virtual",
         "can_channel": "heisd-test-arm",
@@ -534,7 +487,7 @@ def test_disable_warns_that_the_arm_drops_and_commands_wait_for_enable(driver):
 
 def test_a_silent_arm_at_start_is_reported_and_the_node_keeps_running(context, tmp_path):
     ctx, domain = context
-    proc = NodeProcess(tmp_path, domain, {
+    proc = DriverProcess(tmp_path, domain, {
         "interface": "virtual",  # no emulator on this channel: nobody answers
         "can_channel": "heisd-test-nobody",
         "diagnostics_period_s": 0.1,

@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from test.ros_env import require_ros
 
@@ -30,6 +26,7 @@ from heisd_ros.retrieval.records import records_from_episode  # noqa: E402
 from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig  # noqa: E402
 from heisd_ros.retrieval.store import open_store  # noqa: E402
 from heisd_ros.retrieval.store_config import StoreConfig  # noqa: E402
+from test.node_process import NodeProcess, write_params  # noqa: E402
 
 Retrieve = hsrv.Retrieve
 REPO = Path(__file__).resolve().parents[1]
@@ -93,44 +90,14 @@ def call(executor, client, request, timeout_s: float = TIMEOUT_S):
     return future.result()
 
 
-class NodeProcess:
-    """The node program in a subprocess with torch blocked; stderr goes to a log file."""
+class RetrievalProcess(NodeProcess):
+    """The node program in a subprocess with torch blocked and the shipped YAML + ``params``."""
 
     def __init__(self, tmp: Path, domain: int, params: dict, *ros_args: str) -> None:
-        shipped = yaml.safe_load((REPO / "config" / "retrieval_node.yaml").read_text())
-        merged = shipped["retrieval_node"]["ros__parameters"]
-        for key, value in params.items():  # "store.path" -> merged["store"]["path"]
-            *parents, leaf = key.split(".")
-            node = merged
-            for part in parents:
-                node = node[part]
-            node[leaf] = value
-        self.params_file = tmp / "params.yaml"
-        # `/**` applies the shipped node's parameters whatever the node is renamed to.
-        self.params_file.write_text(yaml.safe_dump({"/**": {"ros__parameters": merged}}))
-        self.log = tmp / "node.log"
-        env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONPATH=os.pathsep.join(
-            [str(REPO)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", LAUNCHER, str(NODE_PROGRAM), "--ros-args",
-                 "--params-file", str(self.params_file), *ros_args],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp)
-
-    def text(self) -> str:
-        """Everything the node printed so far."""
-        return self.log.read_text()
-
-    def stop(self) -> int:
-        """Ctrl-C the node (a clean shutdown) and return its exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        self.params_file = write_params(tmp / "params.yaml", "retrieval_node", params,
+                                        strict=False)
+        super().__init__(["-c", LAUNCHER, str(NODE_PROGRAM), "--ros-args",
+                          "--params-file", str(self.params_file), *ros_args], tmp, domain)
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +126,7 @@ def served(ros, tmp_path_factory):
     with open_store(StoreConfig(path=str(tmp / "db"), exact_search=True)) as store:
         direct = [Retriever(store, RetrieverConfig(k=4)).retrieve(TASK, q) for q in queries]
     # The store is closed again: the embedded DB is locked by one process at a time.
-    proc = NodeProcess(tmp, domain, {"store.path": "db", "store.exact_search": True,
+    proc = RetrievalProcess(tmp, domain, {"store.path": "db", "store.exact_search": True,
                                      "diagnostics_period_s": 0.2, "expected_dimension": DIM,
                                      "model_fingerprint": FP})
     client = node.create_client(Retrieve, "/retrieval_node/retrieve")
@@ -277,7 +244,7 @@ def test_diagnostics_report_db_counts_and_latency(ros, served):
 def test_missing_db_errors_then_picks_up_a_db_built_later_and_a_killed_node_times_out(
         ros, tmp_path):
     domain, node, executor = ros
-    proc = NodeProcess(tmp_path, domain, {"store.path": "later_db", "reopen_period_s": 0.3,
+    proc = RetrievalProcess(tmp_path, domain, {"store.path": "later_db", "reopen_period_s": 0.3,
                                           "diagnostics_period_s": 0.0},
                        "-r", "__node:=late_retrieval")
     client = node.create_client(Retrieve, "/late_retrieval/retrieve")  # the remapped name

@@ -53,7 +53,6 @@ and leaves the motors as they are: an enabled arm keeps holding its last target.
 from __future__ import annotations
 
 import math
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -61,19 +60,17 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import can
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
-from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool, Trigger
 
 from heisd_ros.msg import EECommand as EECommandMsg
 from heisd_ros.nodes._params import dataclass_from_parameters, declare_dataclass_parameters
+from heisd_ros.nodes._spin import spin_node
 from heisd_ros.nodes.robot_msgs import (
     CAN_FAULTS,
     GRIPPER_JOINT_NAME,
@@ -708,32 +705,10 @@ def _config_from_parameters(node: Node, cls: type[T], prefix: str, **fixed) -> T
         raise ValueError(f"invalid '{prefix}.*' parameters: {exc}") from exc
 
 
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(args: list[str] | None = None) -> None:
     """Run the node until Ctrl-C (SIGINT), SIGTERM or ROS shutdown."""
-    # SIGINT/SIGTERM raise KeyboardInterrupt in this thread instead of rclpy's handler shutting
-    # the context down under the running executor: with a 200 Hz timer the executor rebuilds
-    # its wait set constantly and that races ("context is not valid" at exit). This way the
-    # callbacks finish first, then the node goes (the arm keeps holding), then the context.
-    # Set explicitly: a background process may have inherited SIGINT as ignored.
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        with rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO):
-            node = PiperDriverNode()
-            # Two threads: control (commands, tick, services) beside feedback + diagnostics.
-            executor = MultiThreadedExecutor(num_threads=2)
-            executor.add_node(node)
-            try:
-                executor.spin()
-            finally:
-                executor.shutdown()
-                node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+    # Two threads: control (commands, tick, services) beside feedback + diagnostics.
+    spin_node(PiperDriverNode, args, num_threads=2)
 
 
 if __name__ == "__main__":

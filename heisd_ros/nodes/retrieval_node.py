@@ -37,14 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
 from heisd_ros.msg import RetrievalCandidate
 from heisd_ros.nodes._params import dataclass_from_parameters
+from heisd_ros.nodes._spin import spin_node
 from heisd_ros.retrieval.errors import RetrievalStatus, StoreError
 from heisd_ros.retrieval.records import Candidate
 from heisd_ros.retrieval.retriever import RetrievalResult, Retriever, RetrieverConfig
@@ -313,20 +312,9 @@ class RetrievalNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    """Run the node until Ctrl-C or ROS shutdown."""
-    try:
-        with rclpy.init(args=args):
-            node = RetrievalNode()
-            # Two threads: a slow search must not hold up diagnostics and timers.
-            executor = MultiThreadedExecutor(num_threads=2)
-            executor.add_node(node)
-            try:
-                executor.spin()
-            finally:
-                executor.shutdown()
-                node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+    """Run the node until Ctrl-C, SIGTERM or ROS shutdown."""
+    # Two threads: a slow search must not hold up diagnostics and timers.
+    spin_node(RetrievalNode, args, num_threads=2)
 
 
 if __name__ == "__main__":
