@@ -6,7 +6,6 @@ Every test gets its own virtual channel (piper_sdk keeps one interface per chann
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ from heisd_ros.robot.emulated_piper import EmulatedPiper, EmulatedPiperConfig
 from heisd_ros.robot.piper import PiperConfig, PiperRobot
 from heisd_ros.robot.piper_kinematics import PiperKinematics
 from heisd_ros.robot.poses import rotation_angle, rpy_to_matrix
+from test.polling import allclose, wait_until
 
 # piper_sdk 0.6.2 still passes python-can's deprecated `bustype`.
 pytestmark = pytest.mark.filterwarnings(
@@ -26,20 +26,6 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 JOINTS = (0.3, 1.1, -1.2, 0.2, 0.5, -0.4)
-
-
-def allclose(a, b, atol: float = 1e-9) -> bool:
-    """Absolute tolerance only (numpy's default relative term would hide mm errors)."""
-    return bool(np.allclose(a, b, rtol=0.0, atol=atol))
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def emulator(**kwargs) -> EmulatedPiperConfig:

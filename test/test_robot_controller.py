@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -20,6 +20,7 @@ from heisd_ros.robot.dry_run import emulated_piper_robot
 from heisd_ros.robot.emulated_piper import EmulatedPiper, EmulatedPiperConfig
 from heisd_ros.robot.gripper import DoneReason, GripperConfig, GripperPhase, GripperStateMachine
 from heisd_ros.robot.safety import SafetyConfig, SafetyFilter
+from test.polling import allclose, wait_until
 
 # piper_sdk 0.6.2 still passes python-can's deprecated `bustype`.
 pytestmark = pytest.mark.filterwarnings(
@@ -28,20 +29,6 @@ pytestmark = pytest.mark.filterwarnings(
 
 JOINTS = (0.0, 1.1, -1.2, 0.0, 0.5, 0.0)  # flange at about (0.23, 0, 0.37) m
 OPEN, CLOSED = GripperState.OPEN, GripperState.CLOSED
-
-
-def allclose(a, b, atol: float = 1e-9) -> bool:
-    """Absolute tolerance only (numpy's default relative term would hide mm errors)."""
-    return bool(np.allclose(a, b, rtol=0.0, atol=atol))
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 @contextmanager
