@@ -19,7 +19,8 @@ EXTRAS = {
 }
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
 
-TOOLS = ["train-drafter", "bench", "collect"]
+TOOLS = ["train-drafter", "bench", "collect", "bringup", "build-db", "calibrate",
+         "eval", "record", "replay"]
 
 setup(
     name="heisd_ros",

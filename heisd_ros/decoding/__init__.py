@@ -6,6 +6,9 @@
 - ``step``: ``speculative_step``, one verify-accept-commit-bonus round.
 - ``decoder``: :class:`ActionDecoder` (AR baseline or speculative with any source).
 - ``drafter_source``: the EAGLE-2 dynamic-tree drafter; ``retrieval_tree``: group trees.
+- ``retrieval_source``: :class:`RetrievalSource`, group-tree drafts from a retrieval client.
+- ``hybrid``: :class:`HybridDecoder` (router, verify-skip, sequence-wise acceptance, fallbacks)
+  and ``build_hybrid_decoder(method, target, ...)``.
 - ``stats``: :class:`StepStats` counters and the stage clock; ``bench_runner``: heisd-bench.
 - ``hf_reference``: greedy decoding through ``transformers.generate`` (a test oracle).
 """

@@ -20,7 +20,7 @@ from heisd_ros.decoding.acceptance import AcceptanceRule, exact_rule
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
 from heisd_ros.decoding.stats import StageClock, StepStats
 from heisd_ros.decoding.step import speculative_step
-from heisd_ros.models.target import TargetVLA
+from heisd_ros.models.target import Prefix, TargetVLA
 
 _ACTION_IDS = itertools.count(1)
 
@@ -60,12 +60,16 @@ class ActionDecoder:
         self.codec = codec or ActionCodec()
         self.draft_in_prefill = draft_in_prefill
 
-    def decode(self, observation: Observation) -> ActionResult:
-        """Decode the 7 action tokens of ``observation`` and return them with counters."""
+    def decode(self, observation: Observation, prefix: Prefix | None = None) -> ActionResult:
+        """Decode the 7 action tokens of ``observation`` and return them with counters.
+
+        ``prefix``: ``target.encode(observation)`` when the caller already ran it (a hybrid
+        needs the vision features before deciding how to decode); vision is then not timed.
+        """
         target, stats = self.target, StepStats()
         clock = StageClock(target.device)
         with clock.stage("vision"):
-            prefix = target.encode(observation)
+            prefix = target.encode(observation) if prefix is None else prefix
         state = target.start(prefix)
         action_id = next(_ACTION_IDS)
         # All (hidden state, next input embedding) pairs of this action, for draft sources.

@@ -2,18 +2,28 @@ r"""heisd-bench: measure decoding speed and fidelity side by side.
 
 Subcommands:
     decode   AR, drafter-exact and drafter-relaxed on the same observations, interleaved,
-             after warm-up; prints a table and writes --json.
+             after warm-up; prints a table and writes --json. With --db also the hybrid
+             methods (retrieval, router_only, router_skip, heisd) on demonstration steps.
     profile  the cost of each building block (vision, prefill, one decode forward, a tree
              forward, one draft-head forward) and the ratios the design relies on.
+    retrieval  vector-store latency (median, p99) and recall@K against exact search per
+             backend and size, on demonstration-shaped vectors (smooth per-task latent
+             trajectories projected to the embedding dimension, plus noise); build time,
+             reopen time, memory (RSS growth) and disk size. One collection holds all points
+             (the worst case; the DB splits them per task).
 
 Examples:
     heisd-bench decode --drafter runs/drafter/draft_head.safetensors --observations 64 \
         --seed 0 --json bench.json
     heisd-bench decode --target small_vla.safetensors \
         --drafter runs/drafter/draft_head.safetensors --relaxed-radius 9,9,9,9,9,9,0
+    heisd-bench decode --drafter head.safetensors --db runs/db \
+        --calibration runs/db/calibration.json --observations 64
     heisd-bench profile --json profile.json
+    heisd-bench retrieval --sizes 10000,100000 --dims 4352,256 --json retrieval.json
 
-Observations are the seeded synthetic scenes until recorded ones are wired in.
+Observations are the seeded synthetic scenes; with --db, consecutive steps of the DB's
+held-out demonstrations (or --demos), so the router sees real EE trajectories.
 """
 
 from __future__ import annotations
@@ -26,7 +36,8 @@ from pathlib import Path
 from heisd_ros.tools._common import int_vector, load_target, set_threads
 
 _COLUMNS = (("mode", 18), ("fwd/action", 11), ("AL", 6), ("draft tok", 10), ("ms median", 10),
-            ("ms p90", 8), ("speed-up", 9), ("exact tok", 10), ("mean |dbin|", 12))
+            ("ms p90", 8), ("speed-up", 9), ("exact tok", 10), ("mean |dbin|", 12),
+            ("skip", 6), ("router->retr", 13))
 
 
 def format_table(summary: dict[str, dict]) -> str:
@@ -38,6 +49,10 @@ def format_table(summary: dict[str, dict]) -> str:
                  f"{s['draft_tokens_per_action']:.2f}", f"{s['ms_per_action']['median']:.1f}",
                  f"{s['ms_per_action']['p90']:.1f}", f"{s['speedup_vs_ar']:.2f}x",
                  f"{s['agreement_with_ar']['exact_token_rate']:.3f}", f"{sum(dev) / len(dev):.2f}"]
+        hybrid = s.get("hybrid") or {}
+        share = hybrid.get("router_retrieval_share")
+        cells += [f"{hybrid['skip_rate']:.2f}" if hybrid else "-",
+                  f"{share:.2f}" if share is not None else "-"]
         lines.append("".join(c.ljust(w) for c, (_, w) in zip(cells, _COLUMNS, strict=True)))
     return "\n".join(lines)
 
@@ -61,12 +76,205 @@ def run_decode(args) -> dict:
              "drafter-exact": ActionDecoder(target, DrafterSource(head, target, tree), exact_rule),
              "drafter-relaxed": ActionDecoder(target, DrafterSource(head, target, tree),
                                               RelaxedRule(radius))}
-    scenes = list(SyntheticScenes(args.observations + args.warmup, seed=args.seed))
+    if args.db:
+        scenes, hybrid_info = _add_hybrid_modes(args, target, head, modes)
+    else:
+        scenes = list(SyntheticScenes(args.observations + args.warmup, seed=args.seed))
+        hybrid_info = None
     records = run_interleaved(modes, scenes[args.warmup:], warmup=scenes[:args.warmup])
-    return {"target": description, "drafter": str(args.drafter), "observations": args.observations,
-            "warmup": args.warmup, "seed": args.seed, "threads": torch.get_num_threads(),
+    return {"target": description, "drafter": str(args.drafter),
+            "observations": args.observations, "hybrid": hybrid_info, "warmup": args.warmup,
+            "seed": args.seed, "threads": torch.get_num_threads(),
             "tree": asdict(tree), "relaxed_radius_bins": list(radius),
             "modes": summarise(records)}
+
+
+def _add_hybrid_modes(args, target, head, modes: dict) -> tuple[list, dict]:
+    """Add one HybridDecoder per --methods entry; observations from demonstrations."""
+    from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
+    from heisd_ros.decoding.hybrid import HybridConfig, build_hybrid_decoder
+    from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
+    from heisd_ros.retrieval.embedding import model_fingerprint
+    from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
+    from heisd_ros.retrieval.store import open_store
+    from heisd_ros.retrieval.store_config import StoreConfig
+
+    stats_dir = Path(args.stats_dir or args.db)
+    offline = json.loads((stats_dir / "offline_stats.json").read_text(encoding="utf-8"))
+    paths = (iter_episode_paths(args.demos) if args.demos
+             else [Path(p) for p in offline["held_out_episodes"] or offline["db_episodes"]])
+    wanted = args.observations + args.warmup
+    observations, suite = [], None
+    for path in paths:
+        record = load_episode(path)
+        suite = suite or record.suite
+        observations += [record.observation(t) for t in range(record.num_steps)]
+        if len(observations) >= wanted:
+            break
+    router_stats = args.router_stats or offline["router_stats"].get(suite, {}).get("path")
+    store = open_store(StoreConfig(path=args.db, exact_search=args.exact),
+                       model_fingerprint=model_fingerprint(target))
+    retrieval = RetrievalSourceConfig(k=args.retrieval_k, deadline_s=args.deadline_ms / 1e3)
+    for method in args.methods.split(","):
+        retriever = Retriever(store, RetrieverConfig(k=args.retrieval_k, demote_steps=0))
+        modes[method] = build_hybrid_decoder(
+            method, target, draft_head=head, retriever=retriever, router_stats=router_stats,
+            calibration=args.calibration, config=HybridConfig(retrieval=retrieval))
+    return observations[:wanted], {"db": args.db, "methods": args.methods.split(","),
+                                   "calibration": args.calibration,
+                                   "router_stats": router_stats, "suite": suite}
+
+
+def demo_shaped_vectors(n: int, dim: int, seed: int = 0, n_tasks: int = 8,
+                        episode_len: int = 130, latent: int = 24, noise: float = 0.05,
+                        episode_seed: int | None = None):
+    """Demonstration-shaped (n, dim) unit float32 rows.
+
+    Per task a smooth latent curve, per episode a smooth offset, projected to ``dim`` with
+    additive noise (relative norm ``noise``); consecutive rows are consecutive steps.
+    ``seed`` fixes the space (tasks, projection); ``episode_seed`` the demonstrations, so
+    queries are new demonstrations of the same tasks in the same space.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    proj = rng.normal(size=(latent, dim)).astype(np.float32) / np.sqrt(latent)
+    freqs = rng.uniform(0.5, 3.0, size=(n_tasks, latent))
+    phase = rng.uniform(0, 2 * np.pi, size=(n_tasks, latent))
+    out = np.empty((n, dim), np.float32)
+    rng = np.random.default_rng(seed + 1_000_003 if episode_seed is None else episode_seed)
+    for start in range(0, n, episode_len):
+        task = (start // episode_len) % n_tasks
+        rows = min(episode_len, n - start)
+        # Each demonstration runs the task's path at its own pace (a random time warp).
+        t = np.linspace(0, 1, episode_len) ** np.exp(rng.normal(0, 0.2))
+        offset = 0.2 * rng.normal(size=latent) + 0.1 * np.sin(
+            np.outer(t, rng.uniform(0.5, 2, latent)) + rng.uniform(0, 6, latent))
+        z = np.sin(np.outer(t, freqs[task]) * 2 * np.pi + phase[task]) + offset
+        x = z[:rows].astype(np.float32) @ proj
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        x += noise * rng.normal(size=x.shape).astype(np.float32) / np.sqrt(dim)
+        out[start:start + rows] = x / np.linalg.norm(x, axis=1, keepdims=True)
+    return out
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status", encoding="utf-8") as handle:
+        line = next(x for x in handle if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def _dir_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def bench_store(config, vectors, queries, k: int, efs=(64,)) -> list[dict]:
+    """Build, reopen and query one store; per query-time ef, latency and recall@k."""
+    import time
+    from dataclasses import replace
+
+    import numpy as np
+
+    from heisd_ros.retrieval.records import records_from_episode
+    from heisd_ros.retrieval.store import open_store
+
+    payload = records_from_episode("bench", 0, np.zeros((1, 7)), np.zeros((1, 7)),
+                                   np.zeros((1, 3)))[0].to_payload()
+    rss0, start = _rss_mb(), time.perf_counter()
+    store = open_store(config, create=True, dimension=vectors.shape[1], model_fingerprint="b")
+    store.create_collection("bench")
+    for lo in range(0, len(vectors), 4096):
+        chunk = vectors[lo:lo + 4096]
+        store.upsert("bench", range(lo, lo + len(chunk)), chunk, [payload] * len(chunk))
+    store.finalize()
+    build_s = time.perf_counter() - start
+    exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :k]
+    rows, in_memory = [], config.path == ":memory:"
+    for ef in efs if not in_memory else efs[:1]:   # an in-memory DB cannot be reopened
+        reopen_s = None
+        if not in_memory:
+            store.close()
+            start = time.perf_counter()
+            store = open_store(replace(config, hnsw_ef=ef), dimension=vectors.shape[1],
+                               model_fingerprint="b")
+            store.search("bench", queries[0], k)        # the first query loads the shard
+            reopen_s = time.perf_counter() - start
+        for q in queries[:5]:
+            store.search("bench", q, k)
+        ms, recall = [], []
+        for q, truth in zip(queries, exact, strict=True):
+            t0 = time.perf_counter()
+            hits = store.search("bench", q, k)
+            ms.append((time.perf_counter() - t0) * 1e3)
+            recall.append(len({h.id for h in hits} & set(truth.tolist())) / k)
+        rows.append({"hnsw_ef": None if in_memory else ef,
+                     "latency_ms": {"median": float(np.median(ms)),
+                                    "p99": float(np.percentile(ms, 99)),
+                                    "mean": float(np.mean(ms))},
+                     f"recall_at_{k}": float(np.mean(recall)), "build_s": build_s,
+                     "reopen_s": reopen_s, "rss_growth_mb": _rss_mb() - rss0,
+                     "disk_mb": None if in_memory else _dir_mb(Path(config.path))})
+    store.close()
+    return rows
+
+
+def run_retrieval(args) -> dict:
+    """The ``retrieval`` subcommand: every (size, dim, backend) combination; returns the JSON."""
+    import shutil
+    import tempfile
+    import time
+
+    import numpy as np
+
+    from heisd_ros.retrieval.store_config import StoreConfig
+
+    rows = []
+    for dim in (int(d) for d in args.dims.split(",")):
+        for n in (int(s) for s in args.sizes.split(",")):
+            vectors = demo_shaped_vectors(n, dim, seed=args.seed, noise=args.noise)
+            queries = demo_shaped_vectors(args.queries * 13, dim, seed=args.seed,
+                                          noise=args.noise, episode_seed=args.seed + 1)[::13]
+            start = time.perf_counter()
+            _ = np.argsort(-(queries[:20] @ vectors.T), axis=1)[:, :args.k]
+            exact_ms = (time.perf_counter() - start) * 1e3 / 20
+            backends = [("edge-hnsw", {"backend": "edge"})]
+            if n <= args.qdrant_max:
+                backends.append(("qdrant-local", {"backend": "qdrant"}))
+            for name, kwargs in backends:
+                root = Path(tempfile.mkdtemp(prefix="heisd_bench_", dir=args.workdir))
+                try:
+                    # qdrant-client's local mode persists by rewriting its file per upsert
+                    # (minutes at 10k); in memory it is the same search code.
+                    path = ":memory:" if name == "qdrant-local" else str(root / "db")
+                    config = StoreConfig(path=path, **kwargs)
+                    efs = [int(e) for e in args.ef.split(",")]
+                    results = bench_store(config, vectors, queries, args.k, efs)
+                finally:
+                    shutil.rmtree(root, ignore_errors=True)
+                rows += [{"backend": name, "n": n, "dim": dim, "queries": len(queries),
+                          "numpy_exact_ms": exact_ms, **result} for result in results]
+            del vectors
+    return {"k": args.k, "seed": args.seed, "noise": args.noise, "rows": rows}
+
+
+def format_retrieval(result: dict) -> str:
+    """Plain-text table of :func:`run_retrieval` output."""
+    k = result["k"]
+    lines = [f"{'backend':14}{'ef':>5}{'n':>8}{'dim':>6}{'med ms':>9}{'p99 ms':>9}"
+             f"{'recall@' + str(k):>10}{'exact ms':>10}{'build s':>9}{'reopen s':>9}"
+             f"{'RSS MB':>8}{'disk MB':>9}"]
+    for r in result["rows"]:
+        lat, disk = r["latency_ms"], r["disk_mb"]
+        lines.append(f"{r['backend']:14}{_num(r['hnsw_ef'], 'd'):>5}{r['n']:>8}{r['dim']:>6}"
+                     f"{lat['median']:>9.3f}"
+                     f"{lat['p99']:>9.3f}{r[f'recall_at_{k}']:>10.3f}{r['numpy_exact_ms']:>10.2f}"
+                     f"{r['build_s']:>9.1f}{_num(r['reopen_s'], '.2f'):>9}"
+                     f"{r['rss_growth_mb']:>8.0f}{_num(disk, '.0f'):>9}")
+    return "\n".join(lines)
+
+
+def _num(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
 
 
 def run_profile(args) -> dict:
@@ -107,7 +315,32 @@ def parse_args(argv=None) -> argparse.Namespace:
     decode.add_argument("--depth", type=int, default=6)
     decode.add_argument("--relaxed-radius", default="9,9,9,9,9,9,0",
                         help="per-dimension bins (gripper last), or one value for all")
+    decode.add_argument("--db", default=None, help="retrieval DB (edge) from heisd-build-db; "
+                        "adds the hybrid methods")
+    decode.add_argument("--stats-dir", default=None, help="offline_stats.json dir (default --db)")
+    decode.add_argument("--demos", default=None, help="npz root for the observations "
+                        "(default: the DB's held-out episodes)")
+    decode.add_argument("--methods", default="retrieval,router_only,router_skip,heisd")
+    decode.add_argument("--router-stats", default=None)
+    decode.add_argument("--calibration", default=None, help="heisd-calibrate JSON")
+    decode.add_argument("--retrieval-k", type=int, default=4)
+    decode.add_argument("--deadline-ms", type=float, default=5.0)
+    decode.add_argument("--exact", action="store_true", help="exact DB search")
     profile.add_argument("--repeats", type=int, default=20)
+    retrieval = sub.add_parser("retrieval")
+    retrieval.add_argument("--sizes", default="10000,100000", help="vectors per run")
+    retrieval.add_argument("--dims", default="4352,256", help="4352 = the paper's; 256 = ours")
+    retrieval.add_argument("--queries", type=int, default=200)
+    retrieval.add_argument("--k", type=int, default=8)
+    retrieval.add_argument("--ef", default="64,256", help="HNSW ef values at query time")
+    retrieval.add_argument("--qdrant-max", type=int, default=10000, help="largest size run "
+                           "through qdrant-client's local mode (pure-Python brute force)")
+    retrieval.add_argument("--workdir", default=None, help="where the temporary DBs go")
+    retrieval.add_argument("--noise", type=float, default=0.05, help="relative iid noise "
+                           "added to the smooth trajectories (larger = closer to iid data)")
+    retrieval.add_argument("--seed", type=int, default=0)
+    retrieval.add_argument("--json", default=None)
+    retrieval.add_argument("--threads", type=int, default=None)
     return parser.parse_args(argv)
 
 
@@ -118,6 +351,9 @@ def main(argv=None) -> int:
     if args.command == "decode":
         result = run_decode(args)
         print(format_table(result["modes"]))
+    elif args.command == "retrieval":
+        result = run_retrieval(args)
+        print(format_retrieval(result))
     else:
         result = run_profile(args)
         print(json.dumps(result, indent=2))

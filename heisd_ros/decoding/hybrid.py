@@ -1,0 +1,477 @@
+"""The HeiSD hybrid decoder: kinematic router, retrieval drafts, verify-skip, drafter, AR.
+
+Per control step (one 7-token action):
+
+1. vision: ``target.encode`` (always: the retrieval query needs the pooled vision features);
+2. route: methods with a router ask :class:`KinematicRouter` about the last w executed EE
+   positions (passed in, or collected from ``observation.proprio[:3]``); high F -> retrieval,
+   low F or too short a history -> drafter;
+3. retrieval: query the DB (deadline-bounded). Slow, empty, failing or absent -> the drafter
+   for this step (and AR when there is no draft head);
+4. verify-skip (``router_skip``, ``heisd``): if the best candidate's similarity reaches the
+   current threshold and its action keeps the gripper state, execute it with ZERO target LLM
+   forwards;
+5. otherwise decode with :class:`ActionDecoder`: the retrieval group tree rides in the prefill
+   forward (a fully accepted draft costs one target forward), later rounds are drafted by the
+   draft head; drafter steps use the drafter alone.
+
+Methods (the paper's ablation ladder, HEISD_METHOD.md): ``ar``; ``drafter`` (exact);
+``drafter_relaxed`` (Spec-VLA radius); ``retrieval`` (pure retrieval SD, exact: the same
+candidates draft every round, no draft head; a failed query -> AR); ``router_only``;
+``router_skip`` (+ verify-skip); ``heisd`` (+ sequence-wise group acceptance of retrieval
+drafts). With relaxation and skip off (``ar``, ``drafter``, ``retrieval``, ``router_only``)
+the output equals AR greedy token for token.
+
+Gripper safety: every acceptance rule is wrapped so a draft gripper token is only taken when
+it equals the target's own token, and a skipped draft must keep the last executed gripper
+state (unknown at an episode's first step -> no skip).
+
+The skip threshold adapts online (:meth:`HybridDecoder.episode_end`): +``tighten_step`` after
+a failed episode, -``relax_step`` after a success, clipped to ``skip_bounds``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from heisd_ros.actions.normalization import ActionCodec
+from heisd_ros.data.observation import ACTION_DIM, Observation
+from heisd_ros.decoding.acceptance import AcceptanceRule, RelaxedRule, VerifyView, exact_rule
+from heisd_ros.decoding.decoder import ActionDecoder
+from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
+from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
+from heisd_ros.decoding.retrieval_source import (
+    RetrievalOutcome,
+    RetrievalSource,
+    RetrievalSourceConfig,
+    task_of,
+)
+from heisd_ros.decoding.retrieval_tree import GroupAcceptConfig, GroupRule
+from heisd_ros.decoding.stats import STAGES, StageClock, StepStats
+from heisd_ros.kinematics.router import (
+    MODE_RETRIEVAL,
+    KinematicRouter,
+    RouteDecision,
+    RouterConfig,
+)
+from heisd_ros.retrieval.embedding import embedding_from_features
+
+GRIPPER_DIM = ACTION_DIM - 1
+# HybridStep.msg constants.
+ROUTER_DRAFTER, ROUTER_RETRIEVAL, ROUTER_OFF = 0, 1, 2
+DRAFT_NONE, DRAFT_DRAFTER, DRAFT_RETRIEVAL = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Switches:
+    """Which components a method uses."""
+
+    drafter: bool
+    retrieval: bool
+    router: bool
+    verify_skip: bool
+    sequence_wise: bool
+    drafter_relaxed: bool
+
+
+METHODS: dict[str, Switches] = {
+    "ar": Switches(False, False, False, False, False, False),
+    "drafter": Switches(True, False, False, False, False, False),
+    "drafter_relaxed": Switches(True, False, False, False, False, True),
+    "retrieval": Switches(False, True, False, False, False, False),
+    "router_only": Switches(True, True, True, False, False, False),
+    "router_skip": Switches(True, True, True, True, False, False),
+    "heisd": Switches(True, True, True, True, True, False),
+}
+
+
+@dataclass(frozen=True)
+class HybridConfig:
+    """Hybrid decoder settings (thresholds usually from ``heisd-calibrate``).
+
+    Attributes:
+        method: one of ``METHODS``.
+        router: router parameters; ``router.threshold`` is the switching threshold on F.
+        skip_threshold: initial verify-skip threshold on the top candidate's cosine similarity.
+        skip_bounds: (low, high) the online threshold stays within.
+        tighten_step: threshold increase after a failed episode.
+        relax_step: threshold decrease after a successful one (slow: <= tighten_step).
+        group_accept: sequence-wise tolerances (paper: sum <= 30, token <= 15, gripper exact).
+        relaxed_radius_bins: Spec-VLA per-dimension radius of ``drafter_relaxed``.
+        retrieval: retrieval source settings (K, deadline, demotion, tree).
+        drafter_tree: shape of the drafter's dynamic tree.
+    """
+
+    method: str = "heisd"
+    router: RouterConfig = field(default_factory=RouterConfig)
+    skip_threshold: float = 0.98
+    skip_bounds: tuple[float, float] = (0.9, 0.999)
+    tighten_step: float = 0.01
+    relax_step: float = 0.002
+    group_accept: GroupAcceptConfig = field(default_factory=GroupAcceptConfig)
+    relaxed_radius_bins: tuple[int, ...] = (9, 9, 9, 9, 9, 9, 0)
+    retrieval: RetrievalSourceConfig = field(default_factory=RetrievalSourceConfig)
+    drafter_tree: DraftTreeConfig = field(default_factory=DraftTreeConfig)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method: unknown method {self.method!r}; valid: {list(METHODS)}")
+        lo, hi = (float(x) for x in self.skip_bounds)
+        if not -1.0 <= lo <= hi <= 1.0:
+            raise ValueError(f"skip_bounds: expected -1 <= low <= high <= 1, got "
+                             f"{self.skip_bounds}")
+        if not (math.isfinite(self.skip_threshold) and lo <= self.skip_threshold <= hi):
+            raise ValueError(f"skip_threshold: expected within skip_bounds {self.skip_bounds}, "
+                             f"got {self.skip_threshold}")
+        for name in ("tighten_step", "relax_step"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name}: expected a finite value >= 0, got "
+                                 f"{getattr(self, name)}")
+        if self.relax_step > self.tighten_step:
+            raise ValueError(f"relax_step: expected <= tighten_step={self.tighten_step} "
+                             f"(relax slowly), got {self.relax_step}")
+        if not self.group_accept.gripper_exact:
+            raise ValueError("group_accept.gripper_exact: must be True (never relax the gripper)")
+        radius = RelaxedRule(self.relaxed_radius_bins).radius_bins
+        if radius[GRIPPER_DIM] != 0:
+            raise ValueError(f"relaxed_radius_bins: the gripper radius must be 0, got {radius}")
+        object.__setattr__(self, "relaxed_radius_bins", radius)
+
+    @property
+    def switches(self) -> Switches:
+        """Components of ``method``."""
+        return METHODS[self.method]
+
+
+@dataclass
+class HybridStepRecord:
+    """Which path one step took and why; field names follow ``msg/HybridStep.msg``."""
+
+    router_mode: int = ROUTER_OFF
+    fused_metric: float = float("nan")
+    curvature_term: float = float("nan")
+    displacement_term: float = float("nan")
+    curvature_radius_m: float = float("nan")
+    displacement_m: float = float("nan")
+    router_threshold: float = float("nan")
+    draft_source: int = DRAFT_NONE
+    verify_skipped: bool = False
+    skip_similarity: float = float("nan")
+    skip_threshold: float = float("nan")
+    accepted_tokens: int = 0
+    accepted_length_per_round: list[int] = field(default_factory=list)
+    first_error_position: int = -1
+    target_forwards: int = 0
+    drafter_forwards: int = 0
+    retrieval_calls: int = 0
+    action_bins: list[int] = field(default_factory=list)
+    action: list[float] = field(default_factory=list)
+    stage_ms: dict[str, float] = field(default_factory=dict)
+    status: str = ""     # empty when normal; else why the step degraded
+    why: str = ""        # always: the decision trail, for logs
+
+    def to_msg_fields(self) -> dict:
+        """HybridStep fields (``<stage>_ms`` flattened; ``why`` dropped)."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("stage_ms", "why")}
+        out.update({f"{s}_ms": float(self.stage_ms.get(s, 0.0)) for s in STAGES})
+        return out
+
+
+@dataclass(frozen=True)
+class HybridResult:
+    """One decoded action (like ``ActionResult``) plus the path record.
+
+    ``hidden`` is (7, H) when the target ran the whole action, None when verify-skipped.
+    """
+
+    tokens: np.ndarray
+    bins: np.ndarray
+    action: np.ndarray
+    hidden: object
+    vision_features: object
+    stats: StepStats
+    record: HybridStepRecord
+
+
+def gripper_safe(rule: AcceptanceRule) -> AcceptanceRule:
+    """``rule``, but a path is cut before a gripper token that differs from the target's."""
+
+    def safe(view: VerifyView) -> list[int]:
+        path = list(rule(view))
+        for n, node in enumerate(path):
+            if view.dims[node] == GRIPPER_DIM and view.draft_bins[node] != view.target_bins[node]:
+                return path[:n]
+        return path
+
+    return safe
+
+
+class _RetrievalThenDrafter(DraftSource):
+    """Retrieval tree in the prefill round, then the drafter (or retrieval) for later rounds."""
+
+    def __init__(self, retrieval: RetrievalSource, drafter: DraftSource | None,
+                 retrieval_rule: AcceptanceRule, drafter_rule: AcceptanceRule):
+        self.retrieval, self.drafter = retrieval, drafter
+        self.rules = {"retrieval": retrieval_rule, "drafter": drafter_rule}
+        self.current: DraftSource = retrieval
+
+    @property
+    def name(self) -> str:
+        return self.current.name
+
+    @property
+    def forwards(self) -> int:
+        return self.current.forwards
+
+    @property
+    def retrieval_calls(self) -> int:
+        return self.current.retrieval_calls
+
+    def propose(self, context: DraftContext):
+        later = context.hidden is not None and self.drafter is not None
+        self.current = self.drafter if later else self.retrieval
+        return self.current.propose(context)
+
+    def feedback(self, accepted: AcceptedDraft) -> None:
+        self.current.feedback(accepted)
+
+    def rule(self, view: VerifyView) -> list[int]:
+        return self.rules[self.current.name](view)
+
+
+class HybridDecoder:
+    """Decodes one action per call along the path the method and the router choose."""
+
+    def __init__(self, target, config: HybridConfig | None = None, *,
+                 drafter: DraftSource | None = None, retrieval: RetrievalSource | None = None,
+                 router: KinematicRouter | None = None, codec: ActionCodec | None = None,
+                 task: str | None = None):
+        """Build from parts (see :func:`build_hybrid_decoder` for paths and names).
+
+        Raises:
+            ValueError: a router method without a router (a DB or a draft head may be absent:
+                the decoder then degrades per step).
+        """
+        self.target = target
+        self.config = config or HybridConfig()
+        sw = self.config.switches
+        if sw.router and router is None:
+            raise ValueError(f"router: method {self.config.method!r} needs a KinematicRouter")
+        self.drafter = drafter if sw.drafter else None
+        self.retrieval = retrieval if sw.retrieval else None
+        self.router = router if sw.router else None
+        self.codec = codec or ActionCodec()
+        self.task = task
+        self.skip_threshold = float(self.config.skip_threshold)
+        self._history: deque = deque(maxlen=self.config.router.window)
+        self._last_gripper: float | None = None
+        self._drafter_rule = gripper_safe(RelaxedRule(self.config.relaxed_radius_bins)
+                                          if sw.drafter_relaxed else exact_rule)
+        self._retrieval_rule = gripper_safe(GroupRule(self.config.group_accept)
+                                            if sw.sequence_wise else exact_rule)
+
+    # ------------------------------------------------------------------ episodes
+    def begin_episode(self, task: str | None = None) -> None:
+        """Reset per-episode state (EE history, gripper state, demotions); set the DB task."""
+        self._history.clear()
+        self._last_gripper = None
+        self.task = task if task is not None else self.task
+        if self.retrieval is not None:
+            self.retrieval.reset_episode()
+
+    def episode_end(self, success: bool) -> float:
+        """Adapt the skip threshold to the episode's outcome; returns the new threshold."""
+        lo, hi = self.config.skip_bounds
+        step = -self.config.relax_step if success else self.config.tighten_step
+        self.skip_threshold = float(min(hi, max(lo, self.skip_threshold + step)))
+        return self.skip_threshold
+
+    # ------------------------------------------------------------------ one step
+    def decode(self, observation: Observation,
+               ee_positions_m: np.ndarray | None = None) -> HybridResult:
+        """Decode one action; never raises for a retrieval problem (it degrades instead).
+
+        Args:
+            observation: the current observation. ``extras["step_index"] == 0`` starts a
+                new episode; ``proprio[:3]`` (m) feeds the router's history unless
+                ``ee_positions_m`` is given.
+            ee_positions_m: (n, 3) last executed EE positions, oldest first (optional).
+        """
+        sw, clock = self.config.switches, StageClock(self.target.device)
+        if observation.extras.get("step_index") == 0:
+            self.begin_episode()
+        if observation.proprio is not None and len(observation.proprio) >= 3:
+            self._history.append(np.asarray(observation.proprio[:3], dtype=np.float64))
+        record, notes = HybridStepRecord(skip_threshold=self.skip_threshold), []
+        with clock.stage("vision"):
+            prefix = self.target.encode(observation)
+
+        use_retrieval = sw.retrieval
+        if self.router is not None:
+            history = (np.asarray(ee_positions_m, dtype=np.float64).reshape(-1, 3)
+                       if ee_positions_m is not None else np.asarray(list(self._history)))
+            decision = self.router.decide(history.reshape(-1, 3))
+            _fill_route(record, decision)
+            use_retrieval = decision.mode == MODE_RETRIEVAL
+            notes.append(f"router F={decision.fused:.3f} vs {decision.threshold:.3f} "
+                         f"({decision.n_points} pts) -> {decision.mode}")
+        outcome = None
+        if use_retrieval and self.retrieval is None:
+            use_retrieval = False
+            record.status = "retrieval absent: " + self._fallback_name()
+        elif use_retrieval:
+            with clock.stage("retrieval"):
+                embedding = embedding_from_features(prefix.vision_features)
+                outcome = self.retrieval.query(self.task or task_of(observation), embedding)
+            record.retrieval_calls = 1
+            record.skip_similarity = outcome.top_score
+            if not outcome.ok:
+                use_retrieval = False
+                record.status = (f"retrieval {outcome.status.name.lower()}: {outcome.reason}; "
+                                 f"{self._fallback_name()} mode")
+
+        if use_retrieval and sw.verify_skip and self._may_skip(outcome, notes):
+            result = self._skipped(outcome, prefix)
+        else:
+            result = self._verified(observation, prefix, outcome if use_retrieval else None)
+        stats = result.stats
+        stats.retrieval_calls += record.retrieval_calls
+        ms = dict(stats.stage_ms)
+        ms.update(clock.finish())
+        for stage in ("prefill", "draft", "verify"):
+            ms[stage] = stats.stage_ms.get(stage, 0.0)
+        ms["overhead"] = max(0.0, ms["total"] - sum(ms[s] for s in STAGES[:5]))
+        stats.stage_ms = ms
+        self._last_gripper = float(result.action[GRIPPER_DIM])
+        _fill_result(record, result, use_retrieval, ms)
+        record.why = "; ".join(notes + ([record.status] if record.status else []))
+        return replace(result, record=record)
+
+    # ------------------------------------------------------------------ paths
+    def _fallback_name(self) -> str:
+        return "drafter" if self.drafter is not None else "AR"
+
+    def _may_skip(self, outcome: RetrievalOutcome, notes: list[str]) -> bool:
+        top = outcome.candidates[0]
+        if top.score < self.skip_threshold:
+            notes.append(f"verify: similarity {top.score:.4f} < {self.skip_threshold:.4f}")
+            return False
+        gripper = float(self.codec.decode(np.asarray(top.bins, np.int64))[GRIPPER_DIM])
+        if self._last_gripper is None or gripper != self._last_gripper:
+            notes.append("verify: the draft may change the gripper")
+            return False
+        notes.append(f"verify-skip: similarity {top.score:.4f} >= {self.skip_threshold:.4f}")
+        return True
+
+    def _skipped(self, outcome: RetrievalOutcome, prefix) -> HybridResult:
+        bins = np.asarray(outcome.candidates[0].bins, dtype=np.int64)
+        stats = StepStats(tokens_from_draft=ACTION_DIM, draft_source="retrieval")
+        return HybridResult(tokens=np.asarray(self.target.actions.token_of_bin(bins), np.int64),
+                            bins=bins, action=self.codec.decode(bins), hidden=None,
+                            vision_features=prefix.vision_features, stats=stats,
+                            record=HybridStepRecord(verify_skipped=True))
+
+    def _verified(self, observation: Observation, prefix,
+                  outcome: RetrievalOutcome | None) -> HybridResult:
+        if outcome is not None:
+            self.retrieval.prepare(outcome)
+            source = _RetrievalThenDrafter(self.retrieval, self.drafter, self._retrieval_rule,
+                                           self._drafter_rule)
+            decoder = ActionDecoder(self.target, source, source.rule, self.codec,
+                                    draft_in_prefill=True)
+        elif self.drafter is not None:
+            decoder = ActionDecoder(self.target, self.drafter, self._drafter_rule, self.codec)
+        else:
+            decoder = ActionDecoder(self.target, codec=self.codec)
+        r = decoder.decode(observation, prefix)
+        return HybridResult(r.tokens, r.bins, r.action, r.hidden, r.vision_features, r.stats,
+                            HybridStepRecord())
+
+
+def _fill_route(record: HybridStepRecord, d: RouteDecision) -> None:
+    record.router_mode = ROUTER_RETRIEVAL if d.mode == MODE_RETRIEVAL else ROUTER_DRAFTER
+    record.fused_metric, record.curvature_term = d.fused, d.norm_radius
+    record.displacement_term, record.curvature_radius_m = d.norm_displacement, d.radius_m
+    record.displacement_m, record.router_threshold = d.displacement_m, d.threshold
+
+
+def _fill_result(record: HybridStepRecord, result: HybridResult, used_retrieval: bool,
+                 stage_ms: dict) -> None:
+    stats = result.stats
+    record.verify_skipped = result.record.verify_skipped
+    record.draft_source = (DRAFT_RETRIEVAL if used_retrieval
+                           else DRAFT_DRAFTER if stats.draft_source else DRAFT_NONE)
+    record.accepted_tokens = stats.tokens_from_draft
+    record.accepted_length_per_round = list(stats.accepted_lengths)
+    record.first_error_position = stats.first_error_position
+    record.target_forwards = stats.target_forwards
+    record.drafter_forwards = stats.drafter_forwards
+    record.retrieval_calls = stats.retrieval_calls
+    record.action_bins = [int(b) for b in result.bins]
+    record.action = [float(a) for a in result.action]
+    record.stage_ms = stage_ms
+
+
+def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None,
+                         store_config=None, router_stats=None, calibration=None,
+                         config: HybridConfig | None = None, codec: ActionCodec | None = None,
+                         task: str | None = None) -> HybridDecoder:
+    """A :class:`HybridDecoder` for ``method`` from paths or objects.
+
+    Args:
+        method: one of ``METHODS``.
+        target: the target VLA.
+        draft_head: a DraftHead, a safetensors path (``heisd-train-drafter``), or None (the
+            decoder then uses AR where it would draft).
+        retriever: a retrieval client (``Retriever`` or a ROS service client), or None.
+        store_config: a StoreConfig to open in-process instead (fingerprint-checked).
+        router_stats: RouterStats or a JSON path (``heisd-build-db`` writes one per suite).
+        calibration: a VerifySkipCalibration or a JSON path (``heisd-calibrate``); sets the
+            skip and router thresholds.
+        config: further settings (its method is replaced by ``method``).
+        codec: the action codec (default: ``ActionCodec()``).
+        task: DB collection to query (default: per observation, ``task_of``).
+    """
+    from heisd_ros.kinematics.router import RouterStats
+
+    config = replace(config or HybridConfig(), method=method)
+    if calibration is not None:
+        from heisd_ros.calibration.verify_skip import VerifySkipCalibration
+
+        cal = (calibration if isinstance(calibration, VerifySkipCalibration)
+               else VerifySkipCalibration.load(calibration))
+        config = cal.apply(config)
+    sw = config.switches
+    drafter = None
+    if sw.drafter and draft_head is not None:
+        if isinstance(draft_head, str | bytes) or hasattr(draft_head, "__fspath__"):
+            from heisd_ros.models.checkpoint import load_draft_head
+
+            draft_head = load_draft_head(draft_head, target)
+        drafter = DrafterSource(draft_head, target, config.drafter_tree)
+    retrieval = None
+    if sw.retrieval and retriever is None and store_config is not None:
+        from heisd_ros.retrieval.embedding import model_fingerprint
+        from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
+        from heisd_ros.retrieval.store import open_store
+
+        store = open_store(store_config, model_fingerprint=model_fingerprint(target))
+        retriever = Retriever(store, RetrieverConfig(k=config.retrieval.k, demote_steps=0))
+    if sw.retrieval and retriever is not None:
+        retrieval = RetrievalSource(retriever, target.actions.vocab_base, config.retrieval)
+    router = None
+    if sw.router:
+        stats = router_stats if router_stats is None or isinstance(router_stats, RouterStats) \
+            else RouterStats.load(router_stats)
+        if stats is None:
+            raise ValueError(f"router_stats: method {method!r} needs router statistics "
+                             f"(heisd-build-db writes router_stats_<suite>.json)")
+        if stats.window != config.router.window:
+            config = replace(config, router=replace(config.router, window=stats.window))
+        router = KinematicRouter(config.router, stats)
+    return HybridDecoder(target, config, drafter=drafter, retrieval=retrieval, router=router,
+                         codec=codec, task=task)

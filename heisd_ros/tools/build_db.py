@@ -1,0 +1,148 @@
+r"""heisd-build-db: build the retrieval DB from demonstrations with the target VLA's embeddings.
+
+Every step of every demonstration becomes one point: embedding = the target's pooled vision
+features of both cameras (concatenated, L2-normalised), payload = the action's bins (the
+target's codec) and values, the next 3 actions, task, episode, step, EE position. One
+collection per task. Also written, next to the DB (``--stats-dir``, default the DB path):
+``offline_stats.json`` (dimension, fingerprint, held-out episodes, router statistics per
+suite) and ``router_stats_<suite>.json`` for the hybrid decoder.
+
+An existing DB built with another model (fingerprint) or dimension is refused with a clear
+message (exit code 2); rebuild into a new path.
+
+Examples:
+    heisd-build-db --demos /work/data/demos_128 --db runs/db
+    heisd-build-db --demos /work/data/demos_128 --db runs/db --tasks open_drawer \
+        --target small_vla.safetensors --hold-out-every 5
+    heisd-build-db --demos demos --backend qdrant --url http://db:6333 --stats-dir runs/db
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Command line of ``heisd-build-db``."""
+    p = argparse.ArgumentParser(prog="heisd-build-db", description=__doc__.split("\n")[0])
+    p.add_argument("--demos", required=True, help="npz demonstration root (<suite>/<task>/)")
+    p.add_argument("--db", default="", help="DB directory (edge, or qdrant local mode)")
+    p.add_argument("--backend", default="edge", help="edge | qdrant")
+    p.add_argument("--url", default="", help="Qdrant server URL (qdrant backend)")
+    p.add_argument("--stats-dir", default=None, help="where the offline statistics go "
+                   "(default: --db)")
+    p.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped "
+                   "weights if present, else a seeded random init)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--suites", nargs="*", default=None)
+    p.add_argument("--tasks", nargs="*", default=None)
+    p.add_argument("--max-episodes", type=int, default=0, help="0 = all")
+    p.add_argument("--hold-out-every", type=int, default=5, help="every n-th episode of a "
+                   "task is kept out of the DB for heisd-calibrate (0 = none)")
+    p.add_argument("--router-window", type=int, default=15)
+    p.add_argument("--exact", action="store_true", help="exact search (small DBs, tests)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    return p.parse_args(argv)
+
+
+def _store_config(args):
+    from heisd_ros.retrieval.store_config import StoreConfig
+
+    return StoreConfig(backend=args.backend, path=args.db, url=args.url,
+                       exact_search=args.exact)
+
+
+def _router_stats(records, window: int, stats_dir: Path) -> dict:
+    """Fit and save RouterStats per suite from the demos' EE trajectories."""
+    from heisd_ros.kinematics.router import RouterStats
+
+    by_suite: dict[str, list] = {}
+    for record in records:
+        by_suite.setdefault(record.suite, []).append(record.ee_position_m)
+    out = {}
+    for suite, trajectories in sorted(by_suite.items()):
+        try:
+            stats = RouterStats.fit(trajectories, window=window, suite=suite)
+        except ValueError as exc:  # too few / too short demos for this window
+            out[suite] = {"error": str(exc)}
+            continue
+        path = stats_dir / f"router_stats_{suite}.json"
+        stats.save(path)
+        out[suite] = {"path": str(path), "n_windows": stats.n_windows}
+    return out
+
+
+def build(args) -> dict:
+    """Build the DB and the offline statistics; returns the summary (raises on bad input)."""
+    from tqdm import tqdm
+
+    from heisd_ros.actions.normalization import ActionCodec
+    from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
+    from heisd_ros.retrieval.embedding import (
+        build_database,
+        embed_observation,
+        model_fingerprint,
+        split_held_out,
+        write_offline_stats,
+    )
+    from heisd_ros.retrieval.store import open_store
+    from heisd_ros.tools._common import load_target
+
+    config = _store_config(args)
+    paths = iter_episode_paths(args.demos, args.suites, args.tasks)
+    if args.max_episodes:
+        paths = paths[:args.max_episodes]
+    if not paths:
+        raise ValueError(f"--demos: no episodes under {args.demos} for the given filters")
+    db_paths, held_out = split_held_out(paths, args.hold_out_every)
+    if not db_paths:
+        raise ValueError("--hold-out-every: every episode would be held out")
+    target, description = load_target(args.target, args.seed)
+    episodes = [(i, load_episode(p)) for i, p in enumerate(db_paths)]
+    dimension = int(embed_observation(target, episodes[0][1].observation(0)).shape[0])
+    fingerprint = model_fingerprint(target)
+    store = open_store(config, create=True, dimension=dimension, model_fingerprint=fingerprint)
+    total = sum(r.num_steps for _, r in episodes)
+    try:
+        with tqdm(total=total, unit="step", desc="embedding", file=sys.stderr) as bar:
+            summary = build_database(target, episodes, store, ActionCodec(), progress=bar.update)
+    finally:
+        store.close()
+    stats_dir = Path(args.stats_dir or args.db)
+    stats_dir.mkdir(parents=True, exist_ok=True)
+    result = {"target": description, "model_fingerprint": fingerprint, "dimension": dimension,
+              "points": summary.points, "episodes": summary.episodes,
+              "tasks": list(summary.tasks), "db_episodes": [str(p) for p in db_paths],
+              "held_out_episodes": [str(p) for p in held_out],
+              "router_window": args.router_window,
+              "router_stats": _router_stats([r for _, r in episodes], args.router_window,
+                                            stats_dir)}
+    write_offline_stats(stats_dir / "offline_stats.json", result)
+    return result
+
+
+def main(argv=None) -> int:
+    """Entry point of ``heisd-build-db``."""
+    from heisd_ros.retrieval.errors import MetadataMismatchError
+    from heisd_ros.tools._common import set_threads
+
+    args = parse_args(argv)
+    set_threads(args.threads)
+    try:
+        result = build(args)
+    except MetadataMismatchError as exc:
+        print(f"heisd-build-db: refusing to add to an incompatible DB: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"heisd-build-db: {exc}", file=sys.stderr)
+        return 2
+    print(f"{result['points']} points from {result['episodes']} episodes, "
+          f"{len(result['tasks'])} tasks, dimension {result['dimension']}, "
+          f"fingerprint {result['model_fingerprint']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

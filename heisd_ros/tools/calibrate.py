@@ -1,0 +1,106 @@
+r"""heisd-calibrate: verify-skip and router thresholds from held-out demonstrations.
+
+Reads the DB and ``offline_stats.json`` written by ``heisd-build-db`` (held-out episodes,
+router statistics per suite), runs the target once per held-out step (top-1 retrieval
+draft verified in the prefill forward), and writes the calibration JSON the hybrid decoder
+loads (``build_hybrid_decoder(..., calibration=path)``). See
+``heisd_ros/calibration/verify_skip.py`` for the definitions.
+
+Examples:
+    heisd-calibrate --db runs/db --out runs/db/calibration.json
+    heisd-calibrate --db runs/db --held-out /work/data/demos_heldout --precision 0.98 \
+        --max-steps 40 --target small_vla.safetensors
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Command line of ``heisd-calibrate``."""
+    p = argparse.ArgumentParser(prog="heisd-calibrate", description=__doc__.split("\n")[0])
+    p.add_argument("--db", required=True, help="DB directory (edge backend)")
+    p.add_argument("--stats-dir", default=None, help="offline statistics (default: --db)")
+    p.add_argument("--held-out", default=None, help="npz demo root to use instead of the "
+                   "held-out episodes listed in offline_stats.json")
+    p.add_argument("--target", default=None, help="small-VLA safetensors (as for build-db)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", type=float, default=0.95)
+    p.add_argument("--min-support", type=int, default=10)
+    p.add_argument("--max-steps", type=int, default=0, help="steps per episode (0 = all)")
+    p.add_argument("--exact", action="store_true", help="exact search (small DBs, tests)")
+    p.add_argument("--out", default=None, help="calibration JSON (default: <db>/calibration.json)")
+    p.add_argument("--threads", type=int, default=None)
+    return p.parse_args(argv)
+
+
+def run(args) -> dict:
+    """Collect held-out samples and write the calibration; returns it as a dict."""
+    from heisd_ros.calibration.verify_skip import CalibrationConfig, calibrate, collect_samples
+    from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
+    from heisd_ros.kinematics.router import KinematicRouter, RouterConfig, RouterStats
+    from heisd_ros.retrieval.embedding import model_fingerprint
+    from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
+    from heisd_ros.retrieval.store import open_store
+    from heisd_ros.retrieval.store_config import StoreConfig
+    from heisd_ros.tools._common import load_target
+
+    stats_dir = Path(args.stats_dir or args.db)
+    offline = json.loads((stats_dir / "offline_stats.json").read_text(encoding="utf-8"))
+    paths = (iter_episode_paths(args.held_out) if args.held_out
+             else [Path(p) for p in offline.get("held_out_episodes", [])])
+    if not paths:
+        raise ValueError("held-out: no held-out episodes (build the DB with --hold-out-every "
+                         "> 0, or pass --held-out)")
+    target, description = load_target(args.target, args.seed)
+    fingerprint = model_fingerprint(target)
+    config = CalibrationConfig(precision=args.precision, min_support=args.min_support)
+    store = open_store(StoreConfig(path=args.db, exact_search=args.exact),
+                       model_fingerprint=fingerprint)
+    try:
+        retriever = Retriever(store, RetrieverConfig(k=1, demote_steps=0))
+        samples = {}
+        for path in paths:
+            record = load_episode(path)
+            entry = offline.get("router_stats", {}).get(record.suite, {})
+            router = None
+            if "path" in entry:
+                stats = RouterStats.load(entry["path"])
+                router = KinematicRouter(RouterConfig(window=stats.window), stats)
+            one = collect_samples(target, retriever, [record], router, args.max_steps, config)
+            for key, value in one.items():
+                samples.setdefault(key, []).append(value)
+    finally:
+        store.close()
+    import numpy as np
+
+    merged = {k: np.concatenate(v) for k, v in samples.items()}
+    calibration = calibrate(merged, config, fingerprint)
+    out = Path(args.out or Path(args.db) / "calibration.json")
+    calibration.save(out)
+    return {"target": description, "out": str(out),
+            **json.loads(out.read_text(encoding="utf-8"))}
+
+
+def main(argv=None) -> int:
+    """Entry point of ``heisd-calibrate``."""
+    from heisd_ros.retrieval.errors import StoreError
+    from heisd_ros.tools._common import set_threads
+
+    args = parse_args(argv)
+    set_threads(args.threads)
+    try:
+        result = run(args)
+    except (ValueError, StoreError, FileNotFoundError) as exc:
+        print(f"heisd-calibrate: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,80 @@
+"""Verify-skip calibration: threshold functions, and heisd-calibrate end to end on tiny demos."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from heisd_ros.calibration.verify_skip import (
+    VerifySkipCalibration,
+    draft_passes,
+    precision_threshold,
+    youden_threshold,
+)
+from heisd_ros.decoding.hybrid import build_hybrid_decoder
+from heisd_ros.decoding.retrieval_tree import GroupAcceptConfig
+from heisd_ros.tools import build_db, calibrate
+from test.fixtures_decoding import scenes, tiny_random_vla  # noqa: F401
+from test.test_build_db import checkpoint, demos  # noqa: F401
+
+
+def test_precision_threshold_is_the_lowest_that_qualifies():
+    scores = np.array([0.99, 0.98, 0.97, 0.96, 0.95, 0.90])
+    good = np.array([True, True, True, False, True, False])
+    assert precision_threshold(scores, good, 1.0, 1) == (0.97, 1.0, 3)
+    t, p, n = precision_threshold(scores, good, 0.8, 1)
+    assert (t, n) == (0.95, 5) and p == pytest.approx(0.8)
+    assert precision_threshold(scores, good, 1.0, 4)[0] == 1.0   # support too small: never
+
+
+def test_youden_separates():
+    assert youden_threshold(np.array([0.1, 0.2, 0.7, 0.9, np.nan]),
+                            np.array([False, False, True, True, True])) == 0.7
+    assert youden_threshold(np.array([0.1, 0.2]), np.array([True, True])) == 0.5
+
+
+def test_draft_passes_is_the_group_rule():
+    cfg = GroupAcceptConfig()
+    target = np.array([100, 100, 100, 50, 50, 50, 255])
+    assert draft_passes(target + [10, 10, 10, 0, 0, 0, 0], target, cfg)
+    assert not draft_passes(target + [11, 10, 10, 0, 0, 0, 0], target, cfg)  # sum 31
+    assert not draft_passes(target - [0, 0, 0, 0, 0, 0, 1], target, cfg)     # gripper
+
+
+def test_calibrate_end_to_end_and_load_into_hybrid(demos, checkpoint, tmp_path):  # noqa: F811
+    db = tmp_path / "db"
+    assert build_db.main(["--demos", str(demos), "--db", str(db), "--target", str(checkpoint),
+                          "--router-window", "3", "--exact", "--hold-out-every", "2"]) == 0
+    offline = json.loads((db / "offline_stats.json").read_text())
+    assert len(offline["held_out_episodes"]) == 1
+    out = tmp_path / "cal.json"
+    assert calibrate.main(["--db", str(db), "--target", str(checkpoint), "--exact",
+                           "--min-support", "2", "--out", str(out)]) == 0
+    json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
+    cal = VerifySkipCalibration.load(out)
+    assert cal.n_held_out_steps == 8 and 0.0 <= cal.router_threshold <= 1.0
+    assert cal.model_fingerprint == offline["model_fingerprint"]
+    from heisd_ros.models.checkpoint import load_small_vla
+    from heisd_ros.retrieval.store_config import StoreConfig
+
+    target = load_small_vla(checkpoint)
+    hybrid = build_hybrid_decoder(
+        "heisd", target, store_config=StoreConfig(path=str(db), exact_search=True),
+        router_stats=offline["router_stats"]["suite_a"]["path"], calibration=out)
+    assert hybrid.skip_threshold == cal.skip_threshold
+    assert hybrid.router.config.threshold == cal.router_threshold
+    obs = scenes(1, seed=40)[0]
+    obs.extras["task"] = "task_a"
+    got = hybrid.decode(obs)
+    assert got.record.router_mode == 0 and got.stats.target_forwards >= 1   # short history
+
+
+def test_calibrate_without_held_out_fails_clearly(demos, checkpoint, tmp_path, capsys):  # noqa: F811
+    db = tmp_path / "db"
+    assert build_db.main(["--demos", str(demos), "--db", str(db), "--target", str(checkpoint),
+                          "--router-window", "3", "--exact", "--hold-out-every", "0",
+                          "--max-episodes", "1"]) == 0
+    assert calibrate.main(["--db", str(db), "--target", str(checkpoint)]) == 2
+    assert "held-out" in capsys.readouterr().err

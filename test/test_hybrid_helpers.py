@@ -1,0 +1,57 @@
+"""Helpers of the hybrid / retrieval-source tests (no tests here): scripted clients, routers."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from heisd_ros.decoding.decoder import ActionDecoder
+from heisd_ros.kinematics.router import KinematicRouter, RouterConfig, RouterStats
+from heisd_ros.retrieval.errors import RetrievalStatus
+from heisd_ros.retrieval.records import Candidate, StepRecord
+from heisd_ros.retrieval.retriever import RetrievalResult
+
+STRAIGHT_FAST = np.stack([np.array([0.3, 0.0, 0.2]) + t * np.array([0.02, 0.0, 0.0])
+                          for t in range(5)])      # F = 1 with the stats below
+STANDING = np.tile([0.3, 0.0, 0.2], (5, 1))         # F = 0
+
+
+def router(threshold: float) -> KinematicRouter:
+    """Window of 3 positions; D normalised over 0..0.1 m."""
+    stats = RouterStats(0.0, 1.0, 0.0, 0.1, window=3)
+    return KinematicRouter(RouterConfig(window=3, threshold=threshold), stats)
+
+
+def candidate(bins, score: float = 0.99, cid: int = 0, task: str = "t") -> Candidate:
+    bins = np.asarray(bins, dtype=np.int64)
+    rec = StepRecord(task=task, episode=0, step=cid, bins=bins, action=np.zeros(7),
+                     lookahead_bins=np.zeros((0, 7)), lookahead_actions=np.zeros((0, 7)),
+                     ee_position_m=np.zeros(3))
+    return Candidate(id=cid, score=score, record=rec)
+
+
+class ScriptedClient:
+    """Answers every request with ``make(embedding)``; records the requests."""
+
+    def __init__(self, make, delay_s: float = 0.0):
+        self.make, self.delay_s, self.requests = make, delay_s, []
+
+    def retrieve(self, task, embedding, *, k=None, deadline_s=None, demoted_ids=()):
+        self.requests.append({"task": task, "k": k, "deadline_s": deadline_s,
+                              "demoted_ids": list(demoted_ids), "dim": len(embedding)})
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return self.make(embedding)
+
+
+def ok(cands) -> RetrievalResult:
+    return RetrievalResult(RetrievalStatus.OK, "", tuple(cands))
+
+
+def raising(_embedding):
+    raise ConnectionError("service unavailable")
+
+
+def ar_bins(vla, obs) -> np.ndarray:
+    return ActionDecoder(vla).decode(obs).bins
