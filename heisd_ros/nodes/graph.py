@@ -1,0 +1,120 @@
+"""The node graph of a deployment, in one table read by the launch file and by heisd-bringup.
+
+``launch/piper_heisd.launch.py`` (``ros2 launch``, a machine with ROS 2) and
+``heisd-bringup`` (one process, no ``launch`` package needed) both build the graph from
+:data:`NODES` and turn their arguments into parameter overrides with
+:func:`launch_overrides`, so the two cannot start different nodes, configs or remappings.
+Pure Python: no rclpy, no launch.
+
+Launch arguments (both front ends):
+    ``sim`` ("true"/"false"): MuJoCo sim node instead of the PIPER driver.
+    ``model``: small-VLA safetensors for the policy ("" = shipped weights or a random init).
+    ``db``: retrieval DB directory for the retrieval node ("" = the YAML's).
+    ``can_port``: CAN interface of the real arm (driver only).
+    ``task``: sim task name and retrieval collection ("" = the YAML's).
+    ``rviz`` ("true"/"false"): also start rviz2 with ``config/heisd.rviz`` (launch only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Launch arguments and their defaults (strings, as launch passes them).
+LAUNCH_ARGUMENTS: dict[str, str] = {
+    "sim": "true", "model": "", "db": "", "can_port": "can0", "task": "", "rviz": "false",
+}
+#: Launch argument -> (node name, parameter name) it sets when not empty.
+ARGUMENT_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "model": (("policy_node", "model.path"),),
+    "db": (("retrieval_node", "store.path"),),
+    "can_port": (("piper_driver_node", "can_channel"),),
+    "task": (("sim_node", "task"), ("policy_node", "task")),
+}
+RVIZ_CONFIG = "heisd.rviz"
+PACKAGE = "heisd_ros"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of the graph.
+
+    Attributes:
+        name: node name (also the YAML's top-level key in ``config/<name>.yaml``).
+        executable: program in ``nodes/`` (``ros2 run heisd_ros <executable>``).
+        module, class_name: where the ``rclpy`` Node class lives (bringup builds it).
+        config: parameter file name in ``config/``.
+        when: "always", "sim" (only with sim:=true) or "real" (only with sim:=false).
+        remappings: (from, to) topic remappings applied to this node.
+    """
+
+    name: str
+    executable: str
+    module: str
+    class_name: str
+    config: str
+    when: str = "always"
+    remappings: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.when not in ("always", "sim", "real"):
+            raise ValueError(f"when: expected 'always', 'sim' or 'real', got {self.when!r}")
+
+
+NODES: tuple[NodeSpec, ...] = (
+    NodeSpec("policy_node", "policy_node", "heisd_ros.nodes.policy_node", "PolicyNode",
+             "policy_node.yaml"),
+    NodeSpec("retrieval_node", "retrieval_node", "heisd_ros.nodes.retrieval_node",
+             "RetrievalNode", "retrieval_node.yaml"),
+    NodeSpec("sim_node", "sim_node", "heisd_ros.nodes.sim_node", "SimNode", "sim_node.yaml",
+             when="sim"),
+    NodeSpec("piper_driver_node", "piper_driver_node", "heisd_ros.nodes.piper_driver_node",
+             "PiperDriverNode", "piper_driver_node.yaml", when="real"),
+)
+
+
+def parse_bool(value: str | bool, name: str) -> bool:
+    """A launch argument's truth value ("true"/"false", "1"/"0", any case)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{name}: expected true or false, got {value!r}")
+
+
+def nodes_for(sim: bool) -> tuple[NodeSpec, ...]:
+    """The nodes started with ``sim`` (the sim node, or the PIPER driver)."""
+    wanted = ("always", "sim" if sim else "real")
+    return tuple(spec for spec in NODES if spec.when in wanted)
+
+
+def launch_overrides(arguments: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Parameter overrides per node name from launch arguments (empty arguments set nothing).
+
+    Raises:
+        ValueError: an unknown argument name (the message lists the valid ones).
+    """
+    unknown = sorted(set(arguments) - set(LAUNCH_ARGUMENTS))
+    if unknown:
+        raise ValueError(f"unknown launch arguments {unknown}; valid: {list(LAUNCH_ARGUMENTS)}")
+    overrides: dict[str, dict[str, str]] = {}
+    for argument, targets in ARGUMENT_PARAMETERS.items():
+        value = str(arguments.get(argument, LAUNCH_ARGUMENTS[argument]))
+        if not value:
+            continue
+        for node, parameter in targets:
+            overrides.setdefault(node, {})[parameter] = value
+    return overrides
+
+
+def config_dir() -> Path:
+    """``config/`` of this source checkout when run from one, else of the installed package."""
+    source = Path(__file__).resolve().parents[2] / "config"
+    if (source / NODES[0].config).is_file():
+        return source
+    from ament_index_python.packages import get_package_share_directory
+
+    return Path(get_package_share_directory(PACKAGE)) / "config"

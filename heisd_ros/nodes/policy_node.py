@@ -1,0 +1,482 @@
+r"""The policy node: camera frames + robot state in, one EE command per decoded action out.
+
+A thin adapter: images are converted (:mod:`heisd_ros.nodes.image_conversion`), the input
+gate (:mod:`heisd_ros.nodes.policy_inputs`) pairs the newest frames and refuses stale or
+malformed input, the decoder of the configured ``method`` (:mod:`heisd_ros.nodes.
+policy_decoders`) decodes, and the node publishes.
+
+Usage::
+
+    ros2 run heisd_ros policy_node --ros-args \
+        --params-file $(ros2 pkg prefix heisd_ros)/share/heisd_ros/config/policy_node.yaml \
+        -p method:=heisd -p model.path:=small_vla.safetensors \
+        -p model.drafter_path:=draft_head.safetensors -p instruction:="put the red block ..."
+    ros2 service call /policy_node/set_instruction heisd_ros/srv/SetInstruction \
+        "{instruction: 'put the blue block in the basket', task: ''}"
+
+Interface:
+    in: ``/camera/third_person/image_raw`` and ``/camera/wrist/image_raw`` (sensor_msgs/Image
+        rgb8/bgr8/mono8, or CompressedImage jpeg/png on ``<topic>/compressed`` with
+        ``image_transport: compressed``); ``/joint_states`` and ``/ee_pose`` (as the driver
+        and the sim node publish them); ``/heisd/episode_status`` (sim episodes: a new
+        episode resets the decoder's episode state, an ended one reports its outcome; with
+        an empty ``instruction`` the episode's instruction and task are used).
+    out: ``/heisd/ee_command`` (heisd_ros/msg/EECommand, one per step, header stamp = the
+        observation's stamp); ``/heisd/hybrid_step`` (heisd_ros/msg/HybridStep);
+        ``/heisd/ee_path`` (nav_msgs/Path of the executed EE positions);
+        ``/heisd/router_markers`` (visualization_msgs/MarkerArray, see policy_viz);
+        ``/diagnostics`` (configuration, refusals by kind, latency p50/p99 from image stamp
+        to command publish and the ROS share of it).
+    ``~/set_instruction`` (heisd_ros/srv/SetInstruction); the ``instruction`` and ``task``
+        parameters are writable too. All other parameters are read once at start.
+
+Models load in the configure step at start. A bad path or model does not kill the node: it
+stays up, publishes nothing but diagnostics, and logs and reports the reason. Input the gate
+refuses (wrong encoding, mismatched sizes, NaN state, frames from the future or too old)
+produces one throttled warning per kind, named by the rule, and no command.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped
+from nav_msgs.msg import Path
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from sensor_msgs.msg import CompressedImage, Image, JointState
+from visualization_msgs.msg import MarkerArray
+
+from heisd_ros.data.episode import make_proprio
+from heisd_ros.data.observation import Observation
+from heisd_ros.msg import EECommand, EpisodeStatus, HybridStep
+from heisd_ros.nodes._params import dataclass_from_parameters
+from heisd_ros.nodes.image_conversion import ImageConversionError, compressed_to_rgb, image_to_rgb
+from heisd_ros.nodes.policy_decoders import DecodedStep, ModelConfig, build_decoder, load_target
+from heisd_ros.nodes.policy_inputs import InputGate, InputGateConfig, RobotInput
+from heisd_ros.nodes.policy_viz import append_pose, step_markers
+from heisd_ros.nodes.retrieval_client import DEFAULT_SERVICE, RetrievalServiceClient
+from heisd_ros.nodes.robot_msgs import (
+    pose_from_msg,
+    rpy_to_quaternion,
+    seconds_to_stamp,
+    stamp_to_seconds,
+)
+from heisd_ros.nodes.sim_node import STATUS_QOS
+from heisd_ros.srv import SetInstruction
+
+_HYBRID_FIELDS = frozenset(HybridStep.get_fields_and_field_types())
+
+
+@dataclass
+class PolicyNodeConfig:
+    """Settings of the policy node (inputs have ``input.*``, models ``model.*``).
+
+    Attributes:
+        method: decoder: "ar", "drafter", or a hybrid method ("retrieval", "router_only",
+            "router_skip", "heisd", "drafter_relaxed").
+        image_transport: "raw" (sensor_msgs/Image) or "compressed" (CompressedImage on
+            ``<topic>/compressed``).
+        third_person_topic, wrist_topic: camera topics.
+        follow_episode_status: take the instruction and task from /heisd/episode_status
+            while the ``instruction`` parameter is empty.
+        frame_id: frame of the commands, the path and the markers.
+        retrieval_service: Retrieve service of the retrieval node.
+        min_period_s: least time between two steps, s (0 = one step per new frame pair).
+        path_length: poses kept in /heisd/ee_path.
+        marker_keep: steps whose markers stay visible.
+        warn_throttle_s: one warning per refusal kind at most this often, s.
+        diagnostics_period_s: period of /diagnostics, s.
+        latency_window: steps in the latency statistics.
+    """
+
+    method: str = "drafter"
+    image_transport: str = "raw"
+    third_person_topic: str = "/camera/third_person/image_raw"
+    wrist_topic: str = "/camera/wrist/image_raw"
+    follow_episode_status: bool = True
+    frame_id: str = "base_link"
+    retrieval_service: str = DEFAULT_SERVICE
+    min_period_s: float = 0.0
+    path_length: int = 500
+    marker_keep: int = 50
+    warn_throttle_s: float = 2.0
+    diagnostics_period_s: float = 1.0
+    latency_window: int = 500
+
+    def __post_init__(self) -> None:
+        if self.image_transport not in ("raw", "compressed"):
+            raise ValueError(f"image_transport: expected 'raw' or 'compressed', got "
+                             f"{self.image_transport!r}")
+        for name in ("min_period_s", "warn_throttle_s"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name}: expected >= 0 s, got {getattr(self, name)}")
+        if not self.diagnostics_period_s > 0:
+            raise ValueError(f"diagnostics_period_s: expected > 0, "
+                             f"got {self.diagnostics_period_s}")
+        for name in ("path_length", "marker_keep", "latency_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+
+
+class PolicyNode(Node):
+    """Runs the VLA decoder on paired camera frames; one EE command per step."""
+
+    def __init__(self, node_name: str = "policy_node", **kwargs) -> None:
+        """Declare parameters, subscribe, then configure (load the models).
+
+        Args:
+            node_name: default node name (remappable with ``__node:=``).
+            **kwargs: passed to :class:`rclpy.node.Node` (``context``,
+                ``parameter_overrides``, ...).
+        """
+        super().__init__(node_name, **kwargs)
+        writable = ParameterDescriptor(read_only=False)
+        self.instruction = str(self.declare_parameter("instruction", "", writable).value)
+        self.task = str(self.declare_parameter("task", "", writable).value)
+        self.config_error = ""
+        self.config = PolicyNodeConfig()
+        self.model_config = ModelConfig()
+        try:
+            self.config = dataclass_from_parameters(self, PolicyNodeConfig)
+            gate_config = dataclass_from_parameters(self, InputGateConfig, "input")
+            self.model_config = dataclass_from_parameters(self, ModelConfig, "model")
+        except ValueError as exc:
+            gate_config = InputGateConfig()
+            self.config_error = f"policy not configured: {exc}"
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        cfg = self.config
+        self.gate = InputGate(gate_config)
+        self.decoder = None
+        self.model_description = ""
+        self.refusals: Counter[str] = Counter()
+        self.last_problem = ""
+        self._warned_at: dict[str, float] = {}
+        self._lock = threading.Lock()  # gate + robot state between input and step callbacks
+        self._joint: JointState | None = None
+        self._pose: PoseStamped | None = None
+        self._step_index = 0
+        self._episode_step = 0
+        self._episode_key: tuple | None = None
+        self._episode_ended = False
+        self._last_step_t = -math.inf
+        self._latency_ms: deque = deque(maxlen=cfg.latency_window)
+        self._decode_ms: deque = deque(maxlen=cfg.latency_window)
+        self._input_ms: deque = deque(maxlen=cfg.latency_window)  # image stamp -> step start
+        self._transport_ms: deque = deque(maxlen=cfg.latency_window)  # stamp -> last frame in
+        self._frame_rx: dict[float, float] = {}  # frame stamp -> receipt time (newest only)
+        self.commands_sent = 0
+        self._path = Path()
+
+        self._input_group = MutuallyExclusiveCallbackGroup()
+        self._step_group = MutuallyExclusiveCallbackGroup()
+        self._client_group = MutuallyExclusiveCallbackGroup()
+        self._cmd_pub = self.create_publisher(EECommand, "/heisd/ee_command", 10)
+        self._step_pub = self.create_publisher(HybridStep, "/heisd/hybrid_step", 10)
+        self._path_pub = self.create_publisher(Path, "/heisd/ee_path", 1)
+        self._marker_pub = self.create_publisher(MarkerArray, "/heisd/router_markers", 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        image_type = Image if cfg.image_transport == "raw" else CompressedImage
+        suffix = "" if cfg.image_transport == "raw" else "/compressed"
+        for camera, topic in (("third_person", cfg.third_person_topic),
+                              ("wrist", cfg.wrist_topic)):
+            self.create_subscription(image_type, topic + suffix,
+                                     lambda msg, c=camera: self._on_image(c, msg), 2,
+                                     callback_group=self._input_group)
+        self.create_subscription(JointState, "/joint_states", self._on_joint_state, 10,
+                                 callback_group=self._input_group)
+        self.create_subscription(PoseStamped, "/ee_pose", self._on_pose, 10,
+                                 callback_group=self._input_group)
+        self.create_subscription(EpisodeStatus, "/heisd/episode_status", self._on_episode,
+                                 STATUS_QOS, callback_group=self._input_group)
+        self.create_service(SetInstruction, "~/set_instruction", self._on_set_instruction,
+                            callback_group=self._input_group)
+        self._trigger = self.create_guard_condition(self._step, callback_group=self._step_group)
+        self.create_timer(cfg.diagnostics_period_s, self._publish_diagnostics,
+                          callback_group=self._input_group)
+        self.retrieval = RetrievalServiceClient(self, cfg.retrieval_service,
+                                                callback_group=self._client_group)
+        if not self.config_error:
+            self.configure()
+        if self.config_error:
+            self.get_logger().error(self.config_error)
+
+    # ------------------------------------------------------------------ configure
+    def configure(self) -> bool:
+        """Load the target and build the decoder; on failure keep the reason, act on nothing."""
+        try:
+            target, self.model_description = load_target(self.model_config)
+            self.decoder = build_decoder(self.config.method, target, self.model_config,
+                                         self.retrieval)
+            warm_up(target)
+        except (OSError, ValueError, ImportError, RuntimeError, KeyError) as exc:
+            # OSError: missing file; ValueError: wrong format/sizes/method; ImportError: a
+            # decoder not installed; RuntimeError/KeyError: torch failing on a broken file.
+            self.decoder = None
+            self.config_error = f"policy not configured: {type(exc).__name__}: {exc}"
+            return False
+        self.config_error = ""
+        self.get_logger().info(f"policy configured: method {self.config.method!r}, target "
+                               f"{self.model_description}")
+        return True
+
+    def _on_set_parameters(self, params) -> SetParametersResult:
+        for param in params:
+            if param.name == "instruction":
+                self.instruction = str(param.value)
+            elif param.name == "task":
+                self.task = str(param.value)
+        return SetParametersResult(successful=True)
+
+    def _on_set_instruction(self, request, response):
+        if not request.instruction.strip():
+            response.success, response.message = False, "instruction: expected non-empty text"
+            return response
+        self.instruction, self.task = request.instruction, request.task
+        self._new_episode(("set_instruction", request.instruction, request.task))
+        response.success = True
+        response.message = f"instruction {self.instruction!r}, task {self.task or '(derived)'!r}"
+        self.get_logger().info(response.message)
+        return response
+
+    # ------------------------------------------------------------------ inputs
+    def _on_image(self, camera: str, msg) -> None:
+        stamp = stamp_to_seconds(msg.header.stamp)
+        try:
+            rgb = image_to_rgb(msg) if isinstance(msg, Image) else compressed_to_rgb(msg)
+            problem = ""
+        except ImageConversionError as exc:
+            rgb, problem = None, str(exc)
+        with self._lock:
+            self.gate.add_frame(camera, stamp, rgb, problem)
+            self._frame_rx = {k: v for k, v in self._frame_rx.items() if k >= stamp - 1.0}
+            self._frame_rx[stamp] = max(self._frame_rx.get(stamp, 0.0),
+                                        self.get_clock().now().nanoseconds * 1e-9)
+        self._trigger.trigger()
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        self._joint = msg
+        self._update_robot()
+
+    def _on_pose(self, msg: PoseStamped) -> None:
+        self._pose = msg
+        self._update_robot()
+
+    def _update_robot(self) -> None:
+        joint, pose = self._joint, self._pose
+        if joint is None or pose is None:
+            return
+        robot, problem = None, ""
+        if len(joint.position) != 7:
+            problem = (f"malformed joint state: {len(joint.position)} positions, expected 6 "
+                       f"joints + gripper")
+        else:
+            position, rpy = pose_from_msg(pose) if _finite_pose(pose) else (
+                np.full(3, np.nan), np.full(3, np.nan))
+            robot = RobotInput(max(stamp_to_seconds(joint.header.stamp),
+                                   stamp_to_seconds(pose.header.stamp)),
+                               np.asarray(joint.position[:6]), float(joint.position[6]),
+                               position, rpy)
+        with self._lock:
+            self.gate.add_robot(robot, problem)
+
+    def _on_episode(self, msg: EpisodeStatus) -> None:
+        if not self.config.follow_episode_status:
+            return
+        key = (msg.suite, msg.task, msg.episode, msg.seed)
+        if key != self._episode_key:
+            self._new_episode(key, msg.task)
+        if msg.done and not self._episode_ended and self.decoder is not None:
+            self._episode_ended = True
+            self.decoder.episode_end(bool(msg.success))
+        if not self.get_parameter("instruction").value:
+            self.instruction, self.task = msg.instruction, msg.task or self.task
+
+    def _new_episode(self, key: tuple, task: str | None = None) -> None:
+        self._episode_key, self._episode_ended, self._episode_step = key, False, 0
+        with self._lock:
+            self.gate.reset()
+        self._path = Path()
+        if self.decoder is not None:
+            self.decoder.begin_episode(task or self.task or None)
+
+    # ------------------------------------------------------------------ the step
+    def _step(self) -> None:
+        if self.decoder is None:
+            return
+        now = self.get_clock().now().nanoseconds * 1e-9
+        if now - self._last_step_t < self.config.min_period_s:
+            return
+        with self._lock:
+            result = self.gate.take(now)
+        if result.problem:
+            self._refuse(result.kind, result.problem)
+            return
+        snap = result.snapshot
+        if snap is None:
+            return
+        if not self.instruction.strip():
+            self._refuse("no instruction", "no instruction: set the `instruction` parameter "
+                                           "or call ~/set_instruction")
+            return
+        robot = snap.robot
+        proprio = make_proprio(robot.ee_position_m, robot.ee_rpy_rad, robot.gripper_width_m)
+        observation = Observation(
+            image_primary=snap.third_person, image_wrist=snap.wrist,
+            instruction=self.instruction, proprio=proprio, stamp_s=snap.stamp_s,
+            extras={"task": self.task, "step_index": self._episode_step})
+        t0 = time.perf_counter()
+        try:
+            step = self.decoder.decode(observation)
+        except (ValueError, RuntimeError) as exc:
+            self._refuse("decode failed", f"decode failed: {exc}")
+            return
+        decode_ms = (time.perf_counter() - t0) * 1e3
+        self._last_step_t = now
+        self._input_ms.append((now - snap.stamp_s) * 1e3)
+        received = self._frame_rx.get(snap.stamp_s)
+        if received is not None:
+            self._transport_ms.append((received - snap.stamp_s) * 1e3)
+        self._publish(step, snap.stamp_s, robot, decode_ms)
+
+    def _publish(self, step: DecodedStep, stamp_s: float, robot: RobotInput,
+                 decode_ms: float) -> None:
+        cfg, action = self.config, step.action
+        stamp = seconds_to_stamp(stamp_s)
+        cmd = EECommand(step_index=self._step_index, mode=EECommand.MODE_DELTA,
+                        gripper=EECommand.GRIPPER_CLOSED if action[6] >= 0.5
+                        else EECommand.GRIPPER_OPEN,
+                        gripper_from_target=bool(step.gripper_from_target),
+                        source=int(step.source))
+        cmd.header.stamp, cmd.header.frame_id = stamp, cfg.frame_id
+        cmd.translation_m.x, cmd.translation_m.y, cmd.translation_m.z = (float(v)
+                                                                         for v in action[:3])
+        cmd.rotation_rad.x, cmd.rotation_rad.y, cmd.rotation_rad.z = (float(v)
+                                                                      for v in action[3:6])
+        self._cmd_pub.publish(cmd)
+        latency_ms = (self.get_clock().now().nanoseconds * 1e-9 - stamp_s) * 1e3
+        self._latency_ms.append(latency_ms)
+        self._decode_ms.append(decode_ms)
+        self.commands_sent += 1
+
+        msg = HybridStep(step_index=self._step_index, task=self.task or self.instruction)
+        msg.header.stamp, msg.header.frame_id = stamp, cfg.frame_id
+        for name, value in step.fields.items():
+            if name in _HYBRID_FIELDS:
+                setattr(msg, name, _fit(name, value))
+        msg.action_bins = [int(b) for b in step.bins]
+        msg.action = [float(a) for a in action]
+        if not step.fields.get("status") and self.retrieval.available is False:
+            msg.status = "retrieval unavailable: no retrieval drafts until it is back"
+        self._step_pub.publish(msg)
+
+        pose = PoseStamped()
+        pose.header.stamp, pose.header.frame_id = stamp, cfg.frame_id
+        pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = (
+            float(v) for v in robot.ee_position_m)
+        o = pose.pose.orientation
+        o.x, o.y, o.z, o.w = rpy_to_quaternion(robot.ee_rpy_rad)
+        self._path_pub.publish(append_pose(self._path, pose, cfg.path_length))
+        self._marker_pub.publish(step_markers(self._step_index, stamp, cfg.frame_id,
+                                              robot.ee_position_m, step.source, step.fields,
+                                              cfg.marker_keep))
+        self._step_index += 1
+        self._episode_step += 1
+
+    def _refuse(self, kind: str, problem: str) -> None:
+        """Count and (throttled per kind) warn; nothing is sent for this input."""
+        self.refusals[kind] += 1
+        self.last_problem = problem
+        now = time.monotonic()
+        if now - self._warned_at.get(kind, -math.inf) >= self.config.warn_throttle_s:
+            self._warned_at[kind] = now
+            self.get_logger().warning(f"holding, no command: {problem}")
+
+    # ------------------------------------------------------------------ diagnostics
+    def latency_summary(self) -> dict[str, float]:
+        """Latency of the recent steps in ms, and the ROS share.
+
+        Image stamp -> command publish (p50, p99), image stamp -> step start (transport,
+        conversion, queueing; p50), image stamp -> receipt of the newer frame (transport;
+        p50), decode (p50), and the median share of a step's latency spent outside the
+        decoder (ROS messages, conversion, the gate).
+        """
+        lat, dec = np.array(self._latency_ms), np.array(self._decode_ms)
+        if not len(lat):
+            return {}
+        p50, p99 = np.percentile(lat, [50, 99])
+        share = float(np.median(np.clip((lat - dec) / np.maximum(lat, 1e-9), 0.0, 1.0)))
+        return {"latency_p50_ms": float(p50), "latency_p99_ms": float(p99),
+                "input_p50_ms": float(np.median(self._input_ms)),
+                "transport_p50_ms": float(np.median(self._transport_ms))
+                if self._transport_ms else math.nan,
+                "decode_p50_ms": float(np.median(dec)), "ros_overhead_share": share,
+                "steps": float(len(lat))}
+
+    def diagnostic_status(self) -> DiagnosticStatus:
+        """Configuration, refusals by kind, latency."""
+        values = {"method": self.config.method, "model": self.model_description,
+                  "instruction": self.instruction, "task": self.task,
+                  "commands_sent": str(self.commands_sent), "last_problem": self.last_problem,
+                  "retrieval_available": str(self.retrieval.available)}
+        values.update({k: f"{v:.3f}" for k, v in self.latency_summary().items()})
+        values.update({f"refused[{k}]": str(n) for k, n in sorted(self.refusals.items())})
+        if self.config_error:
+            level, message = DiagnosticStatus.ERROR, self.config_error
+        elif self.last_problem:
+            level, message = DiagnosticStatus.WARN, self.last_problem
+        else:
+            level, message = DiagnosticStatus.OK, "running"
+        return DiagnosticStatus(level=level, name=f"{self.get_name()}: policy", message=message,
+                                values=[KeyValue(key=k, value=v) for k, v in values.items()])
+
+    def _publish_diagnostics(self) -> None:
+        msg = DiagnosticArray(status=[self.diagnostic_status()])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._diag_pub.publish(msg)
+
+
+def warm_up(target) -> None:
+    """One AR decode of a black observation at configure time.
+
+    Torch's first calls are slow (lazy kernel set-up); the first real step would pay for it.
+    """
+    from heisd_ros.decoding.decoder import ActionDecoder
+
+    black = np.zeros((64, 64, 3), np.uint8)
+    ActionDecoder(target).decode(Observation(black, black, "warm up"))
+
+
+def _finite_pose(msg: PoseStamped) -> bool:
+    p, o = msg.pose.position, msg.pose.orientation
+    values = (p.x, p.y, p.z, o.x, o.y, o.z, o.w)
+    return all(math.isfinite(v) for v in values) and any(v != 0.0 for v in values[3:])
+
+
+def _fit(name: str, value):
+    """A HybridStep field value of the right Python type (ints for counters, NaN allowed)."""
+    if isinstance(value, bool) or name in ("status", "task"):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    return float(value)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run the node until Ctrl-C, SIGTERM or ROS shutdown."""
+    from heisd_ros.nodes._spin import spin_node
+
+    spin_node(PolicyNode, args, num_threads=3)
+
+
+if __name__ == "__main__":
+    main()

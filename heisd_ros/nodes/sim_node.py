@@ -1,0 +1,350 @@
+r"""The sim node: the MuJoCo PIPER behind the PIPER driver's topics, plus cameras and episodes.
+
+The simulated arm (:class:`heisd_ros.sim.sim_robot.SimRobot`) is driven through the same
+:class:`~heisd_ros.robot.controller.RobotController` as the real driver: deltas become
+absolute targets inside the workspace box and per-step limits, and the strict gripper executes
+a change only when ``gripper_from_target`` is true on ``gripper.hysteresis_steps`` consecutive
+commands. The sim is **command driven**: each received command runs one control period of
+physics (``sim.control_rate_hz``), then both camera frames, the joint state, the EE pose and
+the episode status are published with one stamp. Nothing moves between commands.
+
+Usage::
+
+    ros2 run heisd_ros sim_node --ros-args \
+        --params-file $(ros2 pkg prefix heisd_ros)/share/heisd_ros/config/sim_node.yaml \
+        -p suite:=piper_goal -p task:=red_block_on_plate -p seed:=3
+    ros2 param set /sim_node seed 7 && ros2 service call /sim_node/reset std_srvs/srv/Trigger
+
+Interface:
+    ``/heisd/ee_command`` (heisd_ros/msg/EECommand, in): one control step per message.
+    ``/joint_states`` (sensor_msgs/JointState), ``/ee_pose`` (geometry_msgs/PoseStamped),
+        as the driver publishes them: after every step, and every ``state_period_s``.
+    ``/camera/third_person/image_raw``, ``/camera/wrist/image_raw`` (sensor_msgs/Image, rgb8):
+        after every step and at each episode start; when no command came for
+        ``frame_republish_s`` the current frames are sent again with a fresh stamp (the scene
+        has not moved), so a policy that started late or lost a frame gets going.
+    ``/heisd/episode_status`` (heisd_ros/msg/EpisodeStatus, transient local: a late
+        subscriber gets the latest): after every step and reset;
+        ``done`` with ``reason`` "success" or "max_steps"; commands after that are ignored
+        until ``~/reset``.
+    ``~/reset`` (std_srvs/Trigger): start a new episode of the ``suite``/``task`` parameters
+        (a new task rebuilds the scene) with the ``seed`` parameter; the next reset without a
+        new ``seed`` uses seed + 1. ``suite``, ``task`` and ``seed`` are the only writable
+        parameters; all others are read once at start.
+
+All MuJoCo work (physics, the EGL renderer) runs on one worker thread: a GL context belongs to
+the thread that made it current, and executor callbacks may run on any thread.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from dataclasses import dataclass
+
+from geometry_msgs.msg import PoseStamped
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, JointState
+from std_srvs.srv import Trigger
+
+from heisd_ros.msg import EECommand as EECommandMsg
+from heisd_ros.msg import EpisodeStatus
+from heisd_ros.nodes._params import dataclass_from_parameters
+from heisd_ros.nodes.image_conversion import rgb_to_image
+from heisd_ros.nodes.robot_msgs import (
+    GRIPPER_JOINT_NAME,
+    PIPER_JOINT_NAMES,
+    ee_command_from_msg,
+    ee_pose_msg,
+    joint_state_msg,
+)
+from heisd_ros.robot.controller import ControllerConfig, RobotController
+from heisd_ros.robot.gripper import GripperConfig, GripperStateMachine
+from heisd_ros.robot.safety import SafetyConfig, SafetyFilter
+from heisd_ros.sim.config import SimConfig
+
+THIRD_PERSON_TOPIC = "/camera/third_person/image_raw"
+WRIST_TOPIC = "/camera/wrist/image_raw"
+_RESET_TIMEOUT_S = 60.0
+STATUS_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                        reliability=ReliabilityPolicy.RELIABLE)
+
+
+@dataclass
+class SimNodeConfig:
+    """Settings of the sim node (the scene has ``sim.*``, safety and gripper their own).
+
+    Attributes:
+        max_steps: steps per episode; 0 = the task's own limit.
+        state_period_s: republish /joint_states and /ee_pose this often, s.
+        frame_republish_s: without a command for this long, send the current camera frames
+            again with a fresh stamp, s; 0 = never.
+        max_tracking_error_m: controller FAULT distance between commanded and measured
+            flange, m; 0 = off.
+        frame_id: frame of /ee_pose and of the camera images' header.
+        joint_names: names of the six arm joints in /joint_states.
+        gripper_joint_name: name of the gripper opening (m) in /joint_states.
+    """
+
+    max_steps: int = 0
+    state_period_s: float = 0.1
+    frame_republish_s: float = 2.0
+    max_tracking_error_m: float = 0.10
+    frame_id: str = "base_link"
+    joint_names: tuple[str, ...] = PIPER_JOINT_NAMES
+    gripper_joint_name: str = GRIPPER_JOINT_NAME
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 0:
+            raise ValueError(f"max_steps: expected >= 0, got {self.max_steps}")
+        if not (math.isfinite(self.state_period_s) and self.state_period_s > 0):
+            raise ValueError(f"state_period_s: expected > 0 s, got {self.state_period_s}")
+        for name in ("frame_republish_s", "max_tracking_error_m"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
+        if len(self.joint_names) != 6:
+            raise ValueError(f"joint_names: expected 6 names, got {list(self.joint_names)!r}")
+        if not self.frame_id:
+            raise ValueError("frame_id: expected a frame name like 'base_link', got ''")
+
+
+class SimNode(Node):
+    """Simulated PIPER with cameras, driven one control step per EE command."""
+
+    def __init__(self, node_name: str = "sim_node", **kwargs) -> None:
+        """Declare parameters, start the sim worker (it builds the scene and resets).
+
+        Args:
+            node_name: default node name (remappable with ``__node:=``).
+            **kwargs: passed to :class:`rclpy.node.Node` (``context``,
+                ``parameter_overrides``, ...).
+
+        Raises:
+            ValueError: a parameter is invalid (the message names it).
+        """
+        super().__init__(node_name, **kwargs)
+        writable = ParameterDescriptor(read_only=False)
+        self.declare_parameter("suite", "piper_goal", writable)
+        self.declare_parameter("task", "red_block_on_plate", writable)
+        self.declare_parameter("seed", 0, writable)
+        self._next_seed = int(self.get_parameter("seed").value)
+        self.config = dataclass_from_parameters(self, SimNodeConfig)
+        self.sim_config = dataclass_from_parameters(self, SimConfig, "sim")
+        self.safety_config = dataclass_from_parameters(self, SafetyConfig, "safety",
+                                                       defaults={"frame_id": self.config.frame_id})
+        self.gripper_config = dataclass_from_parameters(self, GripperConfig, "gripper")
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+
+        self._group = MutuallyExclusiveCallbackGroup()
+        self._joint_pub = self.create_publisher(JointState, "/joint_states", 10)
+        self._pose_pub = self.create_publisher(PoseStamped, "/ee_pose", 10)
+        self._image_pubs = (self.create_publisher(Image, THIRD_PERSON_TOPIC, 2),
+                            self.create_publisher(Image, WRIST_TOPIC, 2))
+        # Latched (transient local): a policy that starts later still learns the episode.
+        self._status_pub = self.create_publisher(EpisodeStatus, "/heisd/episode_status",
+                                                 STATUS_QOS)
+        self.create_subscription(EECommandMsg, "/heisd/ee_command", self._on_command, 10,
+                                 callback_group=self._group)
+        self.create_service(Trigger, "~/reset", self._on_reset, callback_group=self._group)
+        self.create_timer(self.config.state_period_s, self._publish_state,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+
+        self._jobs: queue.Queue = queue.Queue()
+        self._state = None  # latest RobotState (immutable), read by the state timer
+        self._frames = None  # latest (third_person, wrist) RGB frames
+        self._status = EpisodeStatus()
+        self._env = self._robot = self._controller = None
+        self.steps_run = 0
+        self.commands_ignored = 0
+        self._worker = threading.Thread(target=self._work, name="sim_node-mujoco", daemon=True)
+        self._worker.start()
+        done = self._submit("reset")
+        if not done.wait(_RESET_TIMEOUT_S) or done.error:
+            raise ValueError(f"sim not started: {done.error or 'reset timed out'}")
+
+    # ------------------------------------------------------------------ parameters
+    def _on_set_parameters(self, params) -> SetParametersResult:
+        for param in params:
+            if param.name == "seed":
+                if not isinstance(param.value, int) or param.value < 0:
+                    return SetParametersResult(successful=False,
+                                               reason=f"seed: expected an int >= 0, got "
+                                                      f"{param.value!r}")
+                self._next_seed = int(param.value)
+        return SetParametersResult(successful=True)
+
+    # ------------------------------------------------------------------ callbacks
+    def _on_command(self, msg: EECommandMsg) -> None:
+        self._submit("command", msg)
+
+    def _on_reset(self, _request: Trigger.Request, response: Trigger.Response):
+        done = self._submit("reset")
+        if not done.wait(_RESET_TIMEOUT_S):
+            response.success, response.message = False, "reset timed out"
+        elif done.error:
+            response.success, response.message = False, done.error
+        else:
+            s = self._status
+            response.success = True
+            response.message = f"episode {s.episode}: {s.suite}/{s.task} seed {s.seed}"
+        return response
+
+    def _publish_state(self) -> None:
+        state = self._state
+        if state is None:
+            return
+        stamp = self.get_clock().now().to_msg()
+        cfg = self.config
+        self._joint_pub.publish(joint_state_msg(state, stamp, cfg.joint_names,
+                                                cfg.gripper_joint_name))
+        self._pose_pub.publish(ee_pose_msg(state, stamp, cfg.frame_id))
+
+    # ------------------------------------------------------------------ the sim worker
+    def _submit(self, kind: str, payload=None) -> _Job:
+        job = _Job(kind, payload)
+        self._jobs.put(job)
+        return job
+
+    def _work(self) -> None:
+        """Own the env (physics + GL context): run jobs in order; idle -> republish frames."""
+        idle_s = self.config.frame_republish_s or None
+        while True:
+            try:
+                job = self._jobs.get(timeout=idle_s)
+            except queue.Empty:
+                if self._frames is not None and not self._status.done:
+                    self._publish_frames()
+                continue
+            if job.kind == "stop":
+                break
+            try:
+                if job.kind == "reset":
+                    self._reset()
+                else:
+                    self._step(job.payload)
+            except (ValueError, RuntimeError) as exc:  # bad task name, IK/scene errors
+                job.error = f"{job.kind} failed: {exc}"
+                self.get_logger().error(job.error)
+            job.set()
+        if self._env is not None:
+            self._env.close()
+
+    def _reset(self) -> None:
+        from heisd_ros.sim.env import PiperSimEnv
+        from heisd_ros.sim.sim_robot import SimRobot
+        from heisd_ros.sim.suites import get_task
+
+        suite = str(self.get_parameter("suite").value)
+        task = get_task(suite, str(self.get_parameter("task").value))
+        if self._env is None or self._env.task.name != task.name:
+            if self._env is not None:
+                self._env.close()
+            self._env = PiperSimEnv(task, self.sim_config)
+            self._robot = SimRobot(self._env)
+            self._robot.connect()
+        seed = self._next_seed
+        self._next_seed = seed + 1
+        observation = self._env.reset(seed)
+        self._robot.reset_episode()
+        self._robot.clear_estop()
+        tracking = self.config.max_tracking_error_m or None
+        self._controller = RobotController(
+            self._robot, SafetyFilter(self.safety_config),
+            GripperStateMachine(self.gripper_config), ControllerConfig(tracking))
+        self._controller.start(self._robot.now_s())
+        previous = self._status
+        self._status = EpisodeStatus(
+            suite=suite, task=task.name, instruction=task.instruction,
+            episode=previous.episode + 1 if previous.task else 0, seed=seed, step=0,
+            max_steps=self.config.max_steps or task.max_steps)
+        self._frames = (observation.image_primary, observation.image_wrist)
+        self._state = self._robot.observe()
+        self.get_logger().info(f"episode {self._status.episode}: {suite}/{task.name} seed "
+                               f"{seed}: {task.instruction!r}")
+        self._publish_all()
+
+    def _step(self, msg: EECommandMsg) -> None:
+        status = self._status
+        if status.done:
+            self.commands_ignored += 1
+            self.get_logger().warning(f"episode over ({status.reason}): command ignored; call "
+                                      f"~/reset", throttle_duration_sec=5.0)
+            return
+        try:
+            command = ee_command_from_msg(msg)
+        except ValueError as exc:
+            self.commands_ignored += 1
+            self.get_logger().warning(f"command refused: {exc}", throttle_duration_sec=2.0)
+            return
+        before = self._robot.steps
+        result = self._controller.step(command, self._robot.now_s())
+        if result.rejected_reason:
+            self.get_logger().warning(f"command {command.step_index}: {result.rejected_reason}",
+                                      throttle_duration_sec=2.0)
+        if self._robot.steps == before:
+            return  # no physics ran (fault, disabled): the idle republish keeps the loop alive
+        self.steps_run += 1
+        last = self._robot.last_step
+        self._frames = (last.observation.image_primary, last.observation.image_wrist)
+        self._state = last.state
+        status.step += 1
+        if last.success:
+            status.done, status.success, status.reason = True, True, "success"
+        elif status.step >= status.max_steps:
+            status.done, status.reason = True, "max_steps"
+        if status.done:
+            self.get_logger().info(f"episode {status.episode} over after {status.step} steps: "
+                                   f"{status.reason}")
+        self._publish_all()
+
+    def _publish_frames(self, stamp=None) -> None:
+        stamp = stamp or self.get_clock().now().to_msg()
+        for pub, frame in zip(self._image_pubs, self._frames, strict=True):
+            msg = rgb_to_image(frame)
+            msg.header.stamp, msg.header.frame_id = stamp, self.config.frame_id
+            pub.publish(msg)
+
+    def _publish_all(self) -> None:
+        # The state goes first, so a policy that steps on the frames has the matching state.
+        stamp = self.get_clock().now().to_msg()
+        cfg, state = self.config, self._state
+        self._joint_pub.publish(joint_state_msg(state, stamp, cfg.joint_names,
+                                                cfg.gripper_joint_name))
+        self._pose_pub.publish(ee_pose_msg(state, stamp, cfg.frame_id))
+        self._status.header.stamp = stamp
+        self._status_pub.publish(self._status)
+        self._publish_frames(stamp)
+
+    @property
+    def episode_status(self) -> EpisodeStatus:
+        """The current episode's status message."""
+        return self._status
+
+    def destroy_node(self) -> None:
+        """Stop the worker (it closes the renderer), then the node."""
+        self._jobs.put(_Job("stop"))
+        self._worker.join(timeout=10.0)
+        super().destroy_node()
+
+
+class _Job(threading.Event):
+    """One unit of work for the sim thread; ``wait()`` until it ran, then read ``error``."""
+
+    def __init__(self, kind: str, payload=None) -> None:
+        super().__init__()
+        self.kind, self.payload, self.error = kind, payload, ""
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run the node until Ctrl-C, SIGTERM or ROS shutdown."""
+    from heisd_ros.nodes._spin import spin_node
+
+    spin_node(SimNode, args)
+
+
+if __name__ == "__main__":
+    main()

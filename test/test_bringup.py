@@ -1,0 +1,159 @@
+"""The launch file and heisd-bringup read one node table and cannot drift.
+
+``launch``/``launch_ros`` are not installable here: the launch file is run against small
+stand-ins that record what it asks for, and compared with heisd-bringup's plan.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+
+from heisd_ros.nodes import graph
+from heisd_ros.tools import bringup
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCH_FILE = REPO / "launch" / "piper_heisd.launch.py"
+ARGS = {"sim": "true", "model": "/m/vla.safetensors", "db": "/d/db", "can_port": "can1",
+        "task": "stack_blue_on_red", "rviz": "true"}
+
+
+class _Recorder:
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+
+def _fake_launch(monkeypatch, values):
+    """Stand-in launch/launch_ros modules; returns the list Node(...) calls land in."""
+    nodes = []
+
+    class LaunchConfiguration:
+        def __init__(self, name):
+            self.name = name
+
+        def perform(self, _context):
+            return values[self.name]
+
+    class Node(_Recorder):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            nodes.append(kwargs)
+
+    modules = {
+        "launch": types.SimpleNamespace(LaunchDescription=lambda actions: actions),
+        "launch.actions": types.SimpleNamespace(DeclareLaunchArgument=_Recorder,
+                                                OpaqueFunction=_Recorder),
+        "launch.substitutions": types.SimpleNamespace(LaunchConfiguration=LaunchConfiguration),
+        "launch_ros": types.SimpleNamespace(),
+        "launch_ros.actions": types.SimpleNamespace(Node=Node),
+    }
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return nodes
+
+
+def _load_launch_module():
+    spec = importlib.util.spec_from_file_location("piper_heisd_launch", LAUNCH_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # must not need `launch` at import time
+    return module
+
+
+def test_launch_file_imports_launch_only_inside_functions():
+    tree = ast.parse(LAUNCH_FILE.read_text())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    for node in top:
+        names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+        assert not any(n.split(".")[0] in ("launch", "launch_ros") for n in names), names
+    module = _load_launch_module()
+    assert callable(module.generate_launch_description)
+
+
+@pytest.mark.parametrize("sim", ["true", "false"])
+def test_launch_and_bringup_start_the_same_nodes(monkeypatch, sim):
+    values = {**ARGS, "sim": sim}
+    launched = _fake_launch(monkeypatch, values)
+    module = _load_launch_module()
+    description = module.generate_launch_description()
+    declared = {a.args[0]: a.kwargs["default_value"] for a in description[:-1]}
+    assert declared == graph.LAUNCH_ARGUMENTS
+    for name in ("sim", "model", "db", "can_port", "task", "rviz"):
+        assert name in declared
+    description[-1].kwargs["function"](None)
+
+    plan = bringup.node_plan({k: v for k, v in values.items() if k != "rviz"})
+    ours = [n for n in launched if n["package"] == graph.PACKAGE]
+    assert [n["name"] for n in ours] == [item["spec"].name for item in plan]
+    for node, item in zip(ours, plan, strict=True):
+        assert node["executable"] == item["spec"].executable
+        assert node["parameters"] == [item["params_file"], item["overrides"]]
+        assert node["remappings"] == item["remappings"]
+    names = [n["name"] for n in ours]
+    assert ("sim_node" in names) == (sim == "true")
+    assert ("piper_driver_node" in names) == (sim == "false")
+    rviz = [n for n in launched if n["package"] == "rviz2"]
+    assert rviz and rviz[0]["arguments"][-1].endswith("config/heisd.rviz")
+
+
+def test_arguments_become_the_right_parameters():
+    overrides = graph.launch_overrides(ARGS)
+    assert overrides["policy_node"] == {"model.path": "/m/vla.safetensors",
+                                        "task": "stack_blue_on_red"}
+    assert overrides["retrieval_node"] == {"store.path": "/d/db"}
+    assert overrides["piper_driver_node"] == {"can_channel": "can1"}
+    assert overrides["sim_node"] == {"task": "stack_blue_on_red"}
+    assert "policy_node" not in graph.launch_overrides({"model": ""})
+    with pytest.raises(ValueError, match="unknown launch arguments"):
+        graph.launch_overrides({"modle": "x"})
+
+
+@pytest.mark.parametrize("spec", graph.NODES, ids=lambda s: s.name)
+def test_every_table_entry_exists(spec):
+    """Executable, config (keyed by the node name) and class are real.
+
+    Every parameter a launch argument sets is declared in that node's YAML.
+    """
+    assert (REPO / "nodes" / spec.executable).is_file()
+    config = yaml.safe_load((REPO / "config" / spec.config).read_text())
+    assert list(config) == [spec.name]
+    params = config[spec.name]["ros__parameters"]
+    for node, parameter in (t for ts in graph.ARGUMENT_PARAMETERS.values() for t in ts):
+        if node == spec.name:
+            value = params
+            for part in parameter.split("."):
+                value = value[part]  # KeyError: the YAML does not have it
+    source = (REPO / Path(*spec.module.split("."))).with_suffix(".py").read_text()
+    assert f"class {spec.class_name}(Node)" in source
+
+
+def test_rviz_config_shows_path_markers_and_both_cameras():
+    rviz = yaml.safe_load((REPO / "config" / graph.RVIZ_CONFIG).read_text())
+    manager = rviz["Visualization Manager"]
+    assert manager["Global Options"]["Fixed Frame"] == "base_link"
+    topics = {d["Class"]: [] for d in manager["Displays"]}
+    for display in manager["Displays"]:
+        if "Topic" in display:
+            topics[display["Class"]].append(display["Topic"]["Value"])
+    assert topics["rviz_default_plugins/Path"] == ["/heisd/ee_path"]
+    assert topics["rviz_default_plugins/MarkerArray"] == ["/heisd/router_markers"]
+    assert sorted(topics["rviz_default_plugins/Image"]) == [
+        "/camera/third_person/image_raw", "/camera/wrist/image_raw"]
+
+
+def test_bringup_dry_run_and_ros_arguments(capsys):
+    assert bringup.main(["--dry-run", "--task", "stack_blue_on_red"]) == 0
+    out = capsys.readouterr().out
+    assert "sim_node:" in out and "'task': 'stack_blue_on_red'" in out
+    plan = bringup.node_plan({"sim": "false"})
+    args = bringup.ros_arguments(plan)
+    assert args[0] == "--ros-args"
+    assert args.count("--params-file") == len(plan) == 3
+    tools = re.search(r"TOOLS = \[([^\]]*)\]", (REPO / "setup.py").read_text()).group(1)
+    assert '"bringup"' in tools  # heisd-bringup is installed

@@ -1,0 +1,190 @@
+"""The policy node in this process over real DDS: commands from good input, none from bad.
+
+A tiny random small VLA and draft head (written to a temporary directory) keep it fast; what
+is checked is the node's plumbing, not the policy's skill.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test.ros_env import require_ros
+
+rclpy, hmsg, hsrv = require_ros()
+
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+from nav_msgs.msg import Path as PathMsg  # noqa: E402
+from rclpy.executors import MultiThreadedExecutor  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from sensor_msgs.msg import Image, JointState  # noqa: E402
+from visualization_msgs.msg import MarkerArray  # noqa: E402
+
+from heisd_ros.nodes.image_conversion import rgb_to_image  # noqa: E402
+from heisd_ros.nodes.policy_node import PolicyNode  # noqa: E402
+from heisd_ros.nodes.robot_msgs import seconds_to_stamp  # noqa: E402
+
+EECommand, HybridStep = hmsg.EECommand, hmsg.HybridStep
+SIZE = 32
+
+
+def tiny_models(directory: Path) -> tuple[str, str]:
+    """(small-VLA path, draft-head path) of a tiny random model pair."""
+    from heisd_ros.models.checkpoint import save_draft_head, save_small_vla
+    from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
+    from heisd_ros.models.small_vla import SmallVLA
+    from heisd_ros.models.small_vla_config import SmallVLAConfig
+
+    config = SmallVLAConfig(image_size_px=SIZE, patch_size_px=16, vision_dim=32, vision_heads=2,
+                            hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
+    target = SmallVLA.random(config, seed=1)
+    vla = save_small_vla(target, directory / "tiny_vla.safetensors", dtype="float32")
+    head = save_draft_head(DraftHead(DraftHeadConfig.for_target(target)),
+                           directory / "tiny_head.safetensors", target)
+    return str(vla), str(head)
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    """Policy node + a test peer (publishes inputs, records outputs) on a private domain."""
+    vla, head = tiny_models(tmp_path_factory.mktemp("models"))
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=230 + os.getpid() % 3)  # 230..232: no other test
+    policy = PolicyNode(context=context, parameter_overrides=[
+        Parameter("method", value="drafter"), Parameter("model.path", value=vla),
+        Parameter("model.drafter_path", value=head), Parameter("instruction", value="pick it"),
+        Parameter("warn_throttle_s", value=0.0), Parameter("diagnostics_period_s", value=0.2)])
+    broken = PolicyNode("broken_policy", context=context, parameter_overrides=[
+        Parameter("model.path", value="/nonexistent/vla.safetensors")])
+    peer = rclpy.create_node("policy_test_peer", context=context)
+    out = {"cmd": [], "step": [], "path": [], "markers": [], "diag": []}
+    for key, msg_type, topic in (("cmd", EECommand, "/heisd/ee_command"),
+                                 ("step", HybridStep, "/heisd/hybrid_step"),
+                                 ("path", PathMsg, "/heisd/ee_path"),
+                                 ("markers", MarkerArray, "/heisd/router_markers"),
+                                 ("diag", DiagnosticArray, "/diagnostics")):
+        peer.create_subscription(msg_type, topic, out[key].append, 10)
+    pubs = {"third": peer.create_publisher(Image, "/camera/third_person/image_raw", 2),
+            "wrist": peer.create_publisher(Image, "/camera/wrist/image_raw", 2),
+            "joints": peer.create_publisher(JointState, "/joint_states", 10),
+            "pose": peer.create_publisher(PoseStamped, "/ee_pose", 10)}
+    executor = MultiThreadedExecutor(num_threads=4, context=context)
+    for node in (policy, broken, peer):
+        executor.add_node(node)
+    spin_until(executor, lambda: all(p.get_subscription_count() >= 2 for p in pubs.values()))
+    yield policy, broken, peer, pubs, executor, out
+    executor.shutdown()
+    for node in (policy, broken, peer):
+        node.destroy_node()
+    rclpy.shutdown(context=context)
+
+
+def spin_until(executor, condition, timeout_s=20.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and not condition():
+        executor.spin_once(timeout_sec=0.05)
+    return condition()
+
+
+def send(graph, *, third=None, wrist=None, joints=0.1, offset_s=0.0, encoding="rgb8"):
+    """Publish a robot state, then both frames stamped now + offset_s.
+
+    ``encoding`` is the third-person camera's (the wrist sends rgb8). Spins until the
+    policy sent a command or refused; returns (new commands, new refusals).
+    """
+    policy, _broken, peer, pubs, executor, out = graph
+    rng = np.random.default_rng(len(out["cmd"]) + sum(policy.refusals.values()))
+    now = peer.get_clock().now().nanoseconds * 1e-9
+    joint = JointState(name=[f"joint{i}" for i in range(1, 7)] + ["gripper"],
+                       position=[joints] * 6 + [0.07])
+    pose = PoseStamped()
+    pose.pose.position.x, pose.pose.position.z, pose.pose.orientation.w = 0.3, 0.3, 1.0
+    joint.header.stamp = pose.header.stamp = seconds_to_stamp(now)
+    pose.header.frame_id = "base_link"
+    pubs["joints"].publish(joint)
+    pubs["pose"].publish(pose)
+    spin_until(executor, lambda: False, timeout_s=0.15)
+    cmds, refused = len(out["cmd"]), dict(policy.refusals)
+    stamp = seconds_to_stamp(now + offset_s)
+    for key, image in (("third", third), ("wrist", wrist)):
+        image = image if image is not None else rng.integers(0, 255, (SIZE, SIZE, 3), np.uint8)
+        bad = encoding != "rgb8" and key == "third"  # the third-person camera misbehaves
+        msg = _raw(image, encoding) if bad else rgb_to_image(image)
+        msg.header.stamp, msg.header.frame_id = stamp, "base_link"
+        pubs[key].publish(msg)
+    spin_until(executor, lambda: len(out["cmd"]) > cmds or policy.refusals != refused)
+    spin_until(executor, lambda: False, timeout_s=0.15)  # a late command would show here
+    new_kinds = {k for k, n in policy.refusals.items() if n > refused.get(k, 0)}
+    return out["cmd"][cmds:], new_kinds
+
+
+def _raw(image, encoding):
+    msg = Image(height=image.shape[0], width=image.shape[1], encoding=encoding,
+                step=image.shape[1] * 4)
+    msg.data = np.concatenate([image, np.full(image.shape[:2] + (1,), 255, np.uint8)],
+                              axis=2).tobytes()
+    return msg
+
+
+def test_good_input_gives_one_command_with_its_status(graph):
+    policy, _broken, _peer, _pubs, executor, out = graph
+    cmds, refused = send(graph)
+    assert not refused, policy.last_problem
+    assert len(cmds) == 1
+    cmd = cmds[0]
+    assert cmd.source == EECommand.SOURCE_DRAFTER and cmd.gripper_from_target
+    assert cmd.header.frame_id == "base_link" and cmd.mode == EECommand.MODE_DELTA
+    assert all(math.isfinite(v) for v in (cmd.translation_m.x, cmd.rotation_rad.z))
+    assert spin_until(executor, lambda: out["step"] and out["path"] and out["markers"])
+    step = out["step"][-1]
+    assert step.step_index == cmd.step_index and step.target_forwards >= 1
+    assert step.router_mode == HybridStep.ROUTER_OFF and step.total_ms > 0
+    assert out["path"][-1].poses and out["path"][-1].header.frame_id == "base_link"
+    text = [m.text for m in out["markers"][-1].markers if m.text]
+    assert text and "AL=" in text[0] and "F=" in text[0]
+
+
+@pytest.mark.parametrize("case,kind", [
+    (dict(encoding="rgba8"), "malformed third_person image"),
+    (dict(wrist=np.zeros((16, 16, 3), np.uint8)), "mismatched image sizes"),
+    (dict(joints=float("nan")), "NaN in the robot state"),
+    (dict(offset_s=5.0), "frame from the future"),
+    (dict(offset_s=-3.0), "stale frames"),
+])
+def test_bad_input_gives_a_named_warning_and_no_command(graph, capfd, case, kind):
+    policy = graph[0]
+    cmds, refused = send(graph, **case)
+    assert cmds == []
+    assert kind in refused, (refused, policy.last_problem)
+    assert policy.last_problem.startswith(kind)
+    assert f"holding, no command: {kind}" in capfd.readouterr().err
+    cmds, refused = send(graph)  # and good input right after works again
+    assert len(cmds) == 1 and not refused
+
+
+def test_a_bad_model_path_fails_cleanly_with_the_reason(graph):
+    policy, broken, _peer, _pubs, executor, out = graph
+    assert broken.decoder is None
+    assert "/nonexistent/vla.safetensors" in broken.config_error
+    assert spin_until(executor, lambda: any(
+        s.name == "broken_policy: policy" for d in out["diag"] for s in d.status))
+    status = next(s for d in out["diag"] for s in d.status if s.name == "broken_policy: policy")
+    assert status.level == status.ERROR and "nonexistent" in status.message
+    assert policy.commands_sent == len(out["cmd"])  # every command came from the good node
+
+
+def test_set_instruction_service(graph):
+    policy, _broken, peer, _pubs, executor, _out = graph
+    client = peer.create_client(hsrv.SetInstruction, "/policy_node/set_instruction")
+    assert client.wait_for_service(timeout_sec=10)
+    future = client.call_async(hsrv.SetInstruction.Request(instruction="stack them", task="t1"))
+    assert spin_until(executor, future.done) and future.result().success
+    assert (policy.instruction, policy.task) == ("stack them", "t1")
+    future = client.call_async(hsrv.SetInstruction.Request(instruction=" "))
+    assert spin_until(executor, future.done) and not future.result().success

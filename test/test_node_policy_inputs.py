@@ -1,0 +1,79 @@
+"""The policy node's input gate (pure Python: pairing, freshness, malformed input)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from heisd_ros.nodes.policy_inputs import InputGate, InputGateConfig, RobotInput
+
+IMG = np.zeros((16, 16, 3), np.uint8)
+
+
+def robot(stamp, joints=0.1):
+    return RobotInput(stamp, np.full(6, joints), 0.07, np.array([0.3, 0.0, 0.3]), np.zeros(3))
+
+
+def gate_with(t=10.0, third=IMG, wrist=IMG, dt=0.0, state=None):
+    gate = InputGate(InputGateConfig(pair_tolerance_s=0.05, max_age_s=0.5, max_future_s=0.05))
+    gate.add_frame("third_person", t, third)
+    gate.add_frame("wrist", t + dt, wrist)
+    gate.add_robot(state if state is not None else robot(t))
+    return gate
+
+
+def test_a_good_pair_is_taken_once():
+    gate = gate_with()
+    result = gate.take(now_s=10.1)
+    assert result.snapshot is not None and result.snapshot.stamp_s == 10.0
+    assert not result.problem
+    again = gate.take(now_s=10.1)
+    assert again.snapshot is None and not again.problem  # nothing new: wait, silently
+    gate.add_frame("third_person", 10.2, IMG)
+    assert gate.take(10.25).snapshot is None  # the wrist has nothing new yet
+    gate.add_frame("wrist", 10.21, IMG)
+    assert gate.take(10.25).snapshot.stamp_s == pytest.approx(10.21)
+
+
+@pytest.mark.parametrize("case,kind", [
+    (dict(dt=-0.2), "unpaired frames"),
+    (dict(t=20.0), "frame from the future"),
+    (dict(t=5.0), "stale frames"),
+    (dict(wrist=np.zeros((8, 16, 3), np.uint8)), "mismatched image sizes"),
+    (dict(state=robot(10.0, joints=np.nan)), "NaN in the robot state"),
+    (dict(state=robot(3.0)), "stale robot state"),
+])
+def test_refusals_are_named(case, kind):
+    result = gate_with(**case).take(now_s=10.1)
+    assert result.snapshot is None
+    assert result.kind == kind, result.problem
+
+
+def test_a_malformed_newest_frame_blocks_the_camera():
+    gate = gate_with()
+    gate.add_frame("wrist", 10.05, None, "unsupported image encoding 'rgba8'")
+    result = gate.take(10.1)
+    assert result.snapshot is None
+    assert result.kind == "malformed wrist image" and "rgba8" in result.problem
+
+
+def test_the_gate_rejects_bad_settings():
+    with pytest.raises(ValueError, match="max_age_s"):
+        InputGateConfig(max_age_s=0.0)
+    with pytest.raises(ValueError, match="camera"):
+        InputGate().add_frame("left", 0.0, IMG)
+
+
+def test_after_a_refused_pair_the_next_good_pair_is_taken():
+    """Whatever order the cameras deliver in, one bad pair never blocks the next good one."""
+    for refused_case in (dict(t=20.0), dict(t=5.0), dict(state=robot(10.0, joints=np.nan)),
+                         dict(wrist=np.zeros((8, 16, 3), np.uint8))):
+        gate = gate_with(**refused_case)
+        assert gate.take(10.1).problem
+        gate.add_robot(robot(10.2))
+        gate.add_frame("third_person", 10.2, IMG)
+        waiting = gate.take(10.21)  # the wrist has nothing new since the refused pair
+        assert waiting.snapshot is None and not waiting.problem, waiting.problem
+        gate.add_frame("wrist", 10.2, IMG)
+        result = gate.take(10.22)
+        assert result.snapshot is not None, (refused_case, result.problem)
