@@ -1,0 +1,1 @@
+"""Offline evaluation: closed-loop metrics, method registry, projection, reports, bag replay."""

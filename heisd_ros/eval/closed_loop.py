@@ -1,0 +1,170 @@
+"""Closed-loop evaluation on the simulator (library part of ``heisd-eval``).
+
+For every task, every method runs the same seeded episodes. Methods are interleaved per
+episode (the order rotates with the episode index), so drift in machine load hits all methods
+alike; speed-up vs AR is measured in the same run. The simulator is built once per task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from heisd_ros.eval import metrics
+from heisd_ros.eval.methods import DecoderPolicy
+
+#: Called after every (episode, method) with (suite, task, seed, method, success).
+EpisodeCallback = Callable[[str, str, int, str, bool], None]
+
+
+@dataclass
+class EpisodeRun:
+    """One episode of one method: outcome, per-step records and EE positions (m)."""
+
+    suite: str
+    task: str
+    seed: int
+    method: str
+    success: bool
+    steps: list[dict] = field(default_factory=list)
+    ee_positions_m: list[list[float]] = field(default_factory=list)
+
+
+def run_interleaved_episodes(decoders: dict, tasks: Sequence[tuple[str, str]], episodes: int,
+                             seed: int, max_steps: int | None = None, sim_config=None,
+                             progress: EpisodeCallback | None = None) -> list[EpisodeRun]:
+    """Every method on every task for ``episodes`` seeds ``seed, seed + 1, ...``.
+
+    Args:
+        decoders: method name -> decoder (``decode(observation) -> ActionResult``).
+        tasks: (suite, task) pairs.
+        episodes: episodes per task and method.
+        seed: seed of the first episode.
+        max_steps: step limit per episode (None = the task's own).
+        sim_config: ``SimConfig`` of the simulator.
+        progress: called after every episode of every method.
+    """
+    from heisd_ros.sim.env import PiperSimEnv
+    from heisd_ros.sim.runner import run_episodes
+    from heisd_ros.sim.suites import get_task
+
+    if episodes < 1:
+        raise ValueError(f"episodes: expected >= 1, got {episodes}")
+    names = list(decoders)
+    policies = {n: DecoderPolicy(d) for n, d in decoders.items()}
+    runs = []
+    for suite, task in tasks:
+        for policy in policies.values():
+            policy.task = task
+        with PiperSimEnv(get_task(suite, task), sim_config) as env:
+            for i in range(episodes):
+                shift = i % len(names)
+                for name in names[shift:] + names[:shift]:
+                    positions: list[list[float]] = []
+
+                    def observe(ep, step, obs, action, outcome, positions=positions):
+                        positions.append(np.asarray(obs.proprio[:3], float).tolist())
+
+                    result = run_episodes(policies[name], suite, task, 1, seed + i, max_steps,
+                                          observer=observe, env=env).episodes[0]
+                    policies[name].end_episode(bool(result.success))
+                    runs.append(EpisodeRun(suite, task, seed + i, name, bool(result.success),
+                                           list(result.stats), positions))
+                    if progress is not None:
+                        progress(suite, task, seed + i, name, bool(result.success))
+    return runs
+
+
+def summarise_runs(runs: Sequence[EpisodeRun], reference: str = "ar") -> dict[str, dict]:
+    """Per method: SR with Wilson 95% interval, counters, latency, stages, speed-up vs AR."""
+    by_method: dict[str, list[EpisodeRun]] = {}
+    for r in runs:
+        by_method.setdefault(r.method, []).append(r)
+    ref_ms = [s["stage_ms"]["total"] for r in by_method.get(reference, []) for s in r.steps]
+    out = {}
+    for name, items in by_method.items():
+        steps = [s for r in items for s in r.steps]
+        ms = [s["stage_ms"]["total"] for s in steps]
+        wins = sum(r.success for r in items)
+        low, high = metrics.wilson_interval(wins, len(items))
+        out[name] = {"episodes": len(items), "successes": wins,
+                     "success_rate": wins / len(items), "sr_wilson95": [low, high],
+                     **metrics.counters_summary(steps), "latency": metrics.latency_summary(ms),
+                     "stage_ms_median": metrics.stage_breakdown(steps),
+                     "speedup_vs_ar": metrics.speedup(ms, ref_ms)}
+    return out
+
+
+def summarise_by_suite(runs: Sequence[EpisodeRun]) -> dict[str, dict[str, dict]]:
+    """:func:`summarise_runs` per suite, plus "all" over every suite when there are several."""
+    suites = sorted({r.suite for r in runs})
+    out = {s: summarise_runs([r for r in runs if r.suite == s]) for s in suites}
+    out["all"] = summarise_runs(runs) if len(suites) > 1 else out[suites[0]]
+    return out
+
+
+def table_rows(summary: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the evaluation table of one suite."""
+    header = ["method", "SR [95% CI]", "speed-up", "AL", "fwd/action", "skip", "router share",
+              "p50 ms", "p99 ms"]
+    rows = []
+    for name, s in summary.items():
+        lo, hi = s["sr_wilson95"]
+        rows.append([name, f"{s['success_rate']:.2f} [{lo:.2f}, {hi:.2f}]",
+                     f"{s['speedup_vs_ar']:.2f}x", f"{s.get('al', 1.0):.2f}",
+                     f"{s.get('target_forwards_per_action', float('nan')):.2f}",
+                     f"{s.get('skip_rate', 0.0):.2f}",
+                     " ".join(f"{m}:{v:.2f}" for m, v in s.get("router_share", {}).items()),
+                     f"{s['latency']['p50_ms']:.1f}", f"{s['latency']['p99_ms']:.1f}"])
+    return header, rows
+
+
+def write_eval_report(out_dir, result: dict, runs: Sequence[EpisodeRun]) -> dict[str, str]:
+    """Markdown report and PNG plots of an evaluation; returns {kind: path}."""
+    from pathlib import Path
+
+    from heisd_ros.eval import report
+    from heisd_ros.eval.replay import display_mode
+
+    out = Path(out_dir)
+    overall = result["suites"]["all"]
+    names = list(overall)
+    first_task = (runs[0].suite, runs[0].task) if runs else None
+    traj = {n: [(np.array(r.ee_positions_m).reshape(-1, 3), [display_mode(s) for s in r.steps])
+                for r in runs if r.method == n and (r.suite, r.task) == first_task]
+            for n in names}
+    images = [
+        report.plot_trajectories(out / "trajectories.png", traj,
+                                 f"EE trajectories on {'/'.join(first_task or ('-',))}, "
+                                 f"coloured by router mode"),
+        report.plot_latency(out / "latency_per_step.png",
+                            {n: [s["stage_ms"]["total"] for r in runs if r.method == n
+                                 for s in r.steps] for n in names},
+                            "decode latency per step (all episodes in run order)"),
+        report.plot_accepted_lengths(out / "accepted_length_hist.png",
+                                     {n: [k for r in runs if r.method == n for s in r.steps
+                                          for k in s["accepted_lengths"]] for n in names},
+                                     "accepted length per round"),
+        report.plot_quality_vs_speed(
+            out / "sr_vs_speedup.png",
+            {n: (s["speedup_vs_ar"], s["success_rate"], *s["sr_wilson95"])
+             for n, s in overall.items()}, "success rate (95% Wilson)", "SR vs speed-up")]
+    cfg = result["config"]
+    sections = [("Setup", "\n".join(f"- {k}: {v}" for k, v in {
+        "target": result["target"], "drafter": result["drafter"], **cfg}.items()))]
+    for suite, summary in result["suites"].items():
+        if suite == "all" and len(result["suites"]) == 2:
+            continue  # one suite: "all" is the same table
+        sections.append((f"Suite {suite} (measured on this machine)",
+                         report.markdown_table(*table_rows(summary))))
+    stage_rows = [[n, *(f"{v:.1f}" for v in s["stage_ms_median"].values())]
+                  for n, s in overall.items() if s.get("stage_ms_median")]
+    if stage_rows:
+        stages = list(next(iter(overall.values()))["stage_ms_median"])
+        sections.append(("Stage breakdown (median ms per step, all suites)",
+                         report.markdown_table(["method", *stages], stage_rows)))
+    sections.append(("Projection", report.projection_markdown(result["projection"])))
+    md = report.write_markdown(out / "report.md", "heisd-eval report", sections, images)
+    return {"markdown": str(md), **{Path(i).stem: str(i) for i in images}}

@@ -1,0 +1,251 @@
+"""Decoding methods by name: a registry of factories, and the per-step record every tool keeps.
+
+A factory takes a :class:`MethodContext` (the target VLA and whatever the method needs: draft
+head, retrieval DB, router calibration) and returns a decoder, i.e. anything with
+``decode(observation) -> ActionResult`` (optionally ``reset()`` at episode start). The
+built-in methods are AR and the drafter variants; the hybrid ones (retrieval, router, HeiSD)
+come from ``heisd_ros.decoding.hybrid``, imported only when such a method is asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: The Spec-VLA relaxed rule's default radius in bins per dimension (gripper exact).
+DEFAULT_RELAXED_RADIUS_BINS = (9, 9, 9, 9, 9, 9, 0)
+#: Methods whose decoder is built by ``heisd_ros.decoding.hybrid.HybridDecoder``.
+HYBRID_METHODS = ("retrieval", "router_only", "router_skip", "heisd")
+
+
+@dataclass
+class MethodContext:
+    """What a method factory may use.
+
+    Attributes:
+        target: the target VLA (``heisd_ros.models.target.TargetVLA``).
+        drafter: draft head (``DraftHead``) or None.
+        db: retrieval client (``Retriever``), a ``StoreConfig`` to open in-process, or None
+            (hybrid methods then degrade to the drafter / AR per step).
+        router_stats: ``RouterStats`` or its JSON path (``heisd-build-db`` writes one per
+            suite); the router methods need it.
+        calibration: verify-skip/router calibration (object or JSON path) or None.
+        relaxed_radius_bins: per-dimension radius of the relaxed rule (gripper last).
+        tree: ``DraftTreeConfig`` of the drafter, None for its default.
+        extra: free-form options passed through to hybrid factories.
+    """
+
+    target: Any
+    drafter: Any = None
+    db: Any = None
+    router_stats: Any = None
+    calibration: Any = None
+    relaxed_radius_bins: tuple[int, ...] = DEFAULT_RELAXED_RADIUS_BINS
+    tree: Any = None
+    extra: dict = field(default_factory=dict)
+
+    def need(self, name: str, method: str) -> Any:
+        """The attribute ``name``, or a ValueError saying which method needs it."""
+        value = getattr(self, name)
+        if value is None:
+            raise ValueError(f"methods: {method!r} needs a {name} (none was given)")
+        return value
+
+
+MethodFactory = Callable[[MethodContext], Any]
+
+
+def _ar(ctx: MethodContext):
+    from heisd_ros.decoding.decoder import ActionDecoder
+
+    return ActionDecoder(ctx.target)
+
+
+def _drafter(relaxed: bool) -> MethodFactory:
+    def build(ctx: MethodContext):
+        from heisd_ros.decoding.acceptance import RelaxedRule, exact_rule
+        from heisd_ros.decoding.decoder import ActionDecoder
+        from heisd_ros.decoding.drafter_source import DrafterSource
+
+        name = "drafter_relaxed" if relaxed else "drafter"
+        source = DrafterSource(ctx.need("drafter", name), ctx.target, ctx.tree)
+        rule = RelaxedRule(tuple(ctx.relaxed_radius_bins)) if relaxed else exact_rule
+        return ActionDecoder(ctx.target, source, rule)
+
+    return build
+
+
+def _hybrid(method: str) -> MethodFactory:
+    def build(ctx: MethodContext):
+        try:
+            from heisd_ros.decoding import hybrid
+        except ImportError as err:
+            raise ValueError(f"methods: {method!r} needs heisd_ros.decoding.hybrid, which is "
+                             f"not available ({err})") from err
+        from heisd_ros.decoding.drafter_source import DraftTreeConfig
+
+        store = ctx.db if type(ctx.db).__name__ == "StoreConfig" else None
+        config = hybrid.HybridConfig(method=method,
+                                     relaxed_radius_bins=tuple(ctx.relaxed_radius_bins),
+                                     drafter_tree=ctx.tree or DraftTreeConfig())
+        return hybrid.build_hybrid_decoder(
+            method, ctx.target, draft_head=ctx.drafter,
+            retriever=None if store is not None else ctx.db, store_config=store,
+            router_stats=ctx.router_stats, calibration=ctx.calibration, config=config)
+
+    return build
+
+
+METHODS: dict[str, MethodFactory] = {"ar": _ar, "drafter": _drafter(False),
+                                     "drafter_relaxed": _drafter(True),
+                                     **{m: _hybrid(m) for m in HYBRID_METHODS}}
+
+
+def check_methods(names) -> list[str]:
+    """``names`` as a list, with "ar" first (the reference); ValueError listing valid names."""
+    names = list(dict.fromkeys(names))
+    unknown = [n for n in names if n not in METHODS]
+    if unknown:
+        raise ValueError(f"methods: unknown {unknown}; valid names are {sorted(METHODS)}")
+    return ["ar"] + [n for n in names if n != "ar"]
+
+
+def build_method(name: str, ctx: MethodContext):
+    """The decoder of method ``name`` (ValueError listing the valid names if unknown)."""
+    check_methods([name])
+    return METHODS[name](ctx)
+
+
+#: HybridStep.msg router_mode constants -> names used in reports.
+ROUTER_MODE_NAMES = {0: "drafter", 1: "retrieval", 2: "off"}
+
+
+def step_record(result) -> dict:
+    """JSON-friendly record of one decoded action for metrics and reports.
+
+    ``result`` is an ``ActionResult`` or a hybrid result with a ``record``
+    (``HybridStepRecord``); without one the router mode is "off" and nothing was skipped.
+    ``hybrid`` holds the HybridStep fields (NaN as None) when there is a record.
+    """
+    stats, record = result.stats, getattr(result, "record", None)
+    fields = None
+    if record is not None:
+        fields = {k: (None if isinstance(v, float) and v != v else v)
+                  for k, v in record.to_msg_fields().items()}
+    return {"tokens": np.asarray(result.tokens).tolist(),
+            "bins": np.asarray(result.bins).tolist(),
+            "action": np.asarray(result.action, dtype=float).tolist(),
+            "target_forwards": int(stats.target_forwards),
+            "drafter_forwards": int(stats.drafter_forwards),
+            "retrieval_calls": int(stats.retrieval_calls),
+            "accepted_lengths": [int(n) for n in stats.accepted_lengths],
+            "tokens_from_draft": int(stats.tokens_from_draft),
+            "first_error_position": int(stats.first_error_position),
+            "draft_source": stats.draft_source,
+            "router_mode": ROUTER_MODE_NAMES.get(getattr(record, "router_mode", 2), "off"),
+            "verify_skipped": bool(getattr(record, "verify_skipped", False)),
+            "status": str(getattr(record, "status", "")),
+            "stage_ms": {k: float(v) for k, v in stats.stage_ms.items()},
+            "hybrid": fields}
+
+
+def start_episode(decoder, task: str | None = None) -> None:
+    """Reset a decoder's per-episode state if it has any.
+
+    Hybrid decoders get ``begin_episode(task)`` (``task`` = the retrieval DB collection, the
+    task name ``heisd-build-db`` used); others ``reset()`` if they have it.
+    """
+    if callable(getattr(decoder, "begin_episode", None)):
+        decoder.begin_episode(task)
+    elif callable(getattr(decoder, "reset", None)):
+        decoder.reset()
+
+
+class DecoderPolicy:
+    """A decoder as a simulator policy: ``act`` returns (action, step record).
+
+    ``task`` is the task name handed to hybrid decoders at every episode start (their DB
+    collection); set it before running episodes of another task.
+    """
+
+    def __init__(self, decoder, task: str | None = None):
+        self.decoder = decoder
+        self.task = task
+
+    def reset(self) -> None:
+        """Forward the episode start to decoders that keep history (router windows)."""
+        start_episode(self.decoder, self.task)
+
+    def end_episode(self, success: bool) -> None:
+        """Tell an adaptive decoder the episode's outcome (online skip threshold)."""
+        if callable(getattr(self.decoder, "episode_end", None)):
+            self.decoder.episode_end(bool(success))
+
+    def act(self, observation):
+        """Decode one action; the step record goes to the runner's per-step stats."""
+        result = self.decoder.decode(observation)
+        return np.asarray(result.action, dtype=np.float64), step_record(result)
+
+
+def make_context(target_path: str | None, drafter_path: str | None, methods, seed: int = 0,
+                 relaxed_radius_bins=DEFAULT_RELAXED_RADIUS_BINS, db_path: str | None = None,
+                 calibration: str | None = None,
+                 extra: dict | None = None) -> tuple[MethodContext, dict]:
+    """(context, description) for the tools: the default target and, if needed, a drafter.
+
+    The target is ``target_path``, else the shipped small VLA, else a seeded random init
+    (``heisd_ros.tools._common.load_target``). A drafter is loaded only when a method other
+    than AR is asked for; without ``drafter_path`` it is a seeded random-init draft head, and
+    the description says so. ``db_path`` is an embedded (edge) DB directory built by
+    ``heisd-build-db``; router statistics are set per suite with :func:`router_stats_for`.
+    """
+    from heisd_ros.tools._common import load_target
+
+    target, target_desc = load_target(target_path, seed)
+    drafter, drafter_desc = None, None
+    if any(m != "ar" for m in methods):
+        import torch
+
+        from heisd_ros.models.checkpoint import load_draft_head
+        from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
+
+        if drafter_path:
+            drafter, drafter_desc = load_draft_head(drafter_path, target), str(drafter_path)
+        else:
+            with torch.random.fork_rng():
+                torch.manual_seed(seed)
+                drafter = DraftHead(DraftHeadConfig.for_target(target)).eval()
+            drafter_desc = f"random-init draft head (seed={seed}; pass --drafter for a trained one)"
+    db = None
+    if db_path and any(m in HYBRID_METHODS for m in methods):
+        from pathlib import Path
+
+        from heisd_ros.retrieval.store_config import StoreConfig
+
+        if not Path(db_path).is_dir():
+            raise ValueError(f"--db: {db_path} is not a directory (build one with "
+                             f"heisd-build-db)")
+        db = StoreConfig(backend="edge", path=str(db_path))
+    ctx = MethodContext(target=target, drafter=drafter, db=db, calibration=calibration,
+                        relaxed_radius_bins=tuple(relaxed_radius_bins), extra=dict(extra or {}))
+    return ctx, {"target": target_desc, "drafter": drafter_desc, "db": db_path,
+                 "calibration": calibration}
+
+
+def router_stats_for(suite: str | None, explicit: str | None, db_path: str | None) -> str | None:
+    """Router statistics JSON: ``explicit``, else ``<db>/router_stats_<suite>.json`` if present.
+
+    Returns None when neither exists (router methods then fail with a message naming it).
+    """
+    from pathlib import Path
+
+    if explicit:
+        return explicit
+    if db_path and suite:
+        path = Path(db_path) / f"router_stats_{suite}.json"
+        if path.is_file():
+            return str(path)
+    return None

@@ -1,0 +1,122 @@
+"""Pure metrics of an evaluation: success intervals, latencies, counters, agreement with AR.
+
+Everything here works on plain numbers and numpy arrays (no torch, no simulator), so the
+closed-loop evaluation and the open-loop bag replay share one definition of each metric.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+#: Normal quantile of a two-sided 95% interval.
+Z_95 = 1.959963984540054
+
+
+def wilson_interval(successes: int, trials: int, z: float = Z_95) -> tuple[float, float]:
+    """Wilson score interval of a success rate (default 95%).
+
+    Args:
+        successes: number of successful trials, 0..trials.
+        trials: number of trials; 0 gives (0.0, 1.0), no information.
+        z: normal quantile of the interval.
+
+    Returns:
+        (low, high) as fractions in [0, 1].
+    """
+    if trials < 0 or not 0 <= successes <= max(trials, 0):
+        raise ValueError(f"successes/trials: expected 0 <= successes <= trials, got "
+                         f"{successes}/{trials}")
+    if trials == 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denom = 1.0 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def latency_summary(ms: Sequence[float]) -> dict[str, float]:
+    """Median, p90, p99 and mean of latencies in ms (NaN for an empty list)."""
+    arr = np.asarray(ms, dtype=np.float64)
+    if arr.size == 0:
+        return dict.fromkeys(("p50_ms", "p90_ms", "p99_ms", "mean_ms"), float("nan"))
+    return {"p50_ms": float(np.median(arr)), "p90_ms": float(np.percentile(arr, 90)),
+            "p99_ms": float(np.percentile(arr, 99)), "mean_ms": float(arr.mean())}
+
+
+def counters_summary(steps: Sequence[dict]) -> dict[str, float]:
+    """Mean work per action over step records (see :func:`heisd_ros.eval.methods.step_record`).
+
+    AL is pooled over all verification rounds (bonus token included, EAGLE convention); 1.0
+    when no draft was ever verified. ``skip_rate`` is the share of actions executed without a
+    target forward; ``router_share`` the share of each router mode ("off" for methods
+    without a router).
+    """
+    if not steps:
+        return {}
+    rounds = [n for s in steps for n in s["accepted_lengths"]]
+    modes: dict[str, int] = {}
+    for s in steps:
+        modes[s["router_mode"]] = modes.get(s["router_mode"], 0) + 1
+
+    def mean(key: str) -> float:
+        return float(np.mean([s[key] for s in steps]))
+
+    return {"actions": len(steps), "al": float(np.mean(rounds)) if rounds else 1.0,
+            "target_forwards_per_action": mean("target_forwards"),
+            "drafter_forwards_per_action": mean("drafter_forwards"),
+            "retrievals_per_action": mean("retrieval_calls"),
+            "skip_rate": float(np.mean([bool(s["verify_skipped"]) for s in steps])),
+            "draft_tokens_per_action": mean("tokens_from_draft"),
+            "router_share": {m: c / len(steps) for m, c in sorted(modes.items())}}
+
+
+def stage_breakdown(steps: Sequence[dict]) -> dict[str, float]:
+    """Median ms per stage over step records (keys as in ``StepStats.stage_ms``)."""
+    if not steps:
+        return {}
+    return {stage: float(np.median([s["stage_ms"].get(stage, 0.0) for s in steps]))
+            for stage in steps[0]["stage_ms"]}
+
+
+def agreement(bins: np.ndarray, ref_bins: np.ndarray, actions: np.ndarray | None = None,
+              ref_actions: np.ndarray | None = None) -> dict:
+    """Agreement of a method's actions with the reference (AR) actions on the same frames.
+
+    Args:
+        bins: (N, 7) action bins 0..255 of the method.
+        ref_bins: (N, 7) action bins of the reference.
+        actions: (N, 7) physical actions (m, rad, gripper 0/1) of the method; needed for the
+            translation error and gripper agreement.
+        ref_actions: (N, 7) physical actions of the reference.
+
+    Returns:
+        exact_token_rate (share of equal bins), exact_action_rate (share of frames with all 7
+        equal), mean_bin_deviation_per_dim (7 floats), translation_error_mm (mean and max
+        Euclidean distance of dx, dy, dz), gripper_agreement (share of equal gripper states).
+    """
+    bins, ref_bins = np.atleast_2d(bins), np.atleast_2d(ref_bins)
+    if bins.shape != ref_bins.shape or bins.shape[-1] != 7:
+        raise ValueError(f"bins: expected matching (N, 7) arrays, got {bins.shape} and "
+                         f"{ref_bins.shape}")
+    dev = np.abs(bins.astype(np.int64) - ref_bins.astype(np.int64))
+    out = {"frames": int(len(bins)), "exact_token_rate": float((dev == 0).mean()),
+           "exact_action_rate": float((dev == 0).all(axis=1).mean()),
+           "mean_bin_deviation_per_dim": dev.mean(axis=0).tolist()}
+    if actions is not None and ref_actions is not None:
+        actions, ref_actions = np.atleast_2d(actions), np.atleast_2d(ref_actions)
+        err_mm = np.linalg.norm(actions[:, :3] - ref_actions[:, :3], axis=1) * 1e3
+        out["translation_error_mm"] = {"mean": float(err_mm.mean()), "max": float(err_mm.max())}
+        out["gripper_agreement"] = float(np.mean((actions[:, 6] >= 0.5)
+                                                 == (ref_actions[:, 6] >= 0.5)))
+    return out
+
+
+def speedup(ms: Sequence[float], ref_ms: Sequence[float]) -> float:
+    """Ratio of median latencies, reference over method (>1 = the method is faster)."""
+    if len(ms) == 0 or len(ref_ms) == 0:
+        return float("nan")
+    return float(np.median(ref_ms)) / float(np.median(ms))

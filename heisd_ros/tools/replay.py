@@ -1,0 +1,141 @@
+r"""heisd-replay: open-loop replay of a rosbag2 through AR and other decoding methods.
+
+Every paired frame (primary camera + wrist camera + latest joint state and EE pose) is decoded
+by AR and each chosen method; the report gives, per frame and in total, agreement with AR
+(exact tokens, bin deviation per dimension, translation error in mm, gripper agreement), AL,
+target forwards per action, speed-up and router mode, plus the OpenVLA-7B projection.
+
+Examples:
+    heisd-replay bags/episode_000000_bag --methods ar drafter --report runs/replay
+    heisd-replay my_robot_bag --topic-primary /cam_high/image_raw --topic-wrist /cam_wrist/image \
+        --topic-joint-states /piper/joint_states --instruction "put the cup on the plate" \
+        --max-frames 50 --json replay.json
+    heisd-replay my_bag --topic-wrist ''      # a robot without a wrist camera
+
+A bag that cannot be replayed (missing topics, other message types, empty, truncated, split
+with missing parts) gets a message saying what was found and how to remap, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from heisd_ros.eval.bag_frames import BagTopics
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options."""
+    from heisd_ros.eval.methods import METHODS
+
+    defaults = BagTopics()
+    p = argparse.ArgumentParser(prog="heisd-replay", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("bag", help="rosbag2 directory (the one holding metadata.yaml)")
+    p.add_argument("--methods", nargs="+", default=["ar", "drafter"],
+                   help=f"methods besides AR, from {sorted(METHODS)} (AR is always run)")
+    p.add_argument("--topic-primary", default=defaults.primary, help="third-person camera")
+    p.add_argument("--topic-wrist", default=defaults.wrist, help="wrist camera ('' = none)")
+    p.add_argument("--topic-joint-states", default=defaults.joint_states, help="('' = none)")
+    p.add_argument("--topic-ee-pose", default=defaults.ee_pose, help="('' = none)")
+    p.add_argument("--instruction", default=None,
+                   help="task instruction (default: the bag's heisd.instruction custom data)")
+    p.add_argument("--task", default=None, help="retrieval DB collection (default: the bag's "
+                   "heisd.task custom data, else the instruction)")
+    p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames")
+    p.add_argument("--max-skew-s", type=float, default=0.05,
+                   help="largest stamp difference of paired camera frames, s")
+    p.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped)")
+    p.add_argument("--drafter", default=None, help="draft head safetensors")
+    p.add_argument("--db", default=None,
+                   help="embedded retrieval DB directory from heisd-build-db (hybrid methods)")
+    p.add_argument("--router-stats", default=None,
+                   help="router statistics JSON (default: <db>/router_stats_<suite>.json)")
+    p.add_argument("--calibration", default=None, help="verify-skip calibration JSON")
+    p.add_argument("--drafter-ms", type=float, default=1.0,
+                   help="assumed draft-head forward cost on the projected GPU, ms")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--report", default=None, help="write report.md and PNG plots here")
+    return p
+
+
+def run(args) -> dict:
+    """Check the bag, decode its frames with every method, return the result JSON."""
+    from tqdm import tqdm
+
+    from heisd_ros.eval.bag_frames import BagError, inspect_bag, iter_frames
+    from heisd_ros.eval.methods import (
+        build_method,
+        check_methods,
+        make_context,
+        router_stats_for,
+    )
+    from heisd_ros.eval.projection import ComponentCosts, project
+    from heisd_ros.eval.replay import replay_frames, summarise_replay
+
+    methods = check_methods(args.methods)
+    topics = BagTopics(args.topic_primary, args.topic_wrist, args.topic_joint_states,
+                       args.topic_ee_pose)
+    info = inspect_bag(args.bag, topics)
+    instruction = args.instruction or info.custom_data.get("heisd.instruction")
+    if not instruction:
+        raise BagError(f"{info.path}: the bag carries no instruction (custom data "
+                       f"heisd.instruction); pass --instruction TEXT")
+    if args.max_frames is not None and args.max_frames < 1:
+        raise ValueError(f"--max-frames: expected >= 1, got {args.max_frames}")
+    ctx, desc = make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
+                             calibration=args.calibration)
+    ctx.router_stats = router_stats_for(info.custom_data.get("heisd.suite"), args.router_stats,
+                                        args.db)
+    decoders = {m: build_method(m, ctx) for m in methods}
+    total = info.topics[topics.primary][1]
+    if args.max_frames:
+        total = min(total, args.max_frames)
+    with tqdm(total=total, unit="frame", file=sys.stderr) as bar:
+        frames = replay_frames(decoders, iter_frames(info, topics, instruction, args.max_frames,
+                                                     args.max_skew_s),
+                               progress=lambda n: bar.update(1),
+                               task=args.task or info.custom_data.get("heisd.task"))
+    if not frames:
+        raise BagError(f"{info.path}: no frame could be paired (primary {topics.primary}, wrist "
+                       f"{topics.wrist}, largest stamp difference {args.max_skew_s} s); check "
+                       f"the header stamps or raise --max-skew-s")
+    summary = summarise_replay(frames)
+    return {"bag": str(info.path), "storage": info.storage, "files": info.files,
+            "topics": {r: getattr(topics, r) for r in ("primary", "wrist", "joint_states",
+                                                        "ee_pose")},
+            "missing_optional_topics": info.missing_optional, "instruction": instruction,
+            **desc, "methods": summary,
+            "projection": project(summary, ComponentCosts(drafter_forward_ms=args.drafter_ms)),
+            "frames": frames}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``heisd-replay``; exit 2 on a bag or option that cannot be used."""
+    args = build_parser().parse_args(argv)
+    from heisd_ros.eval import report
+    from heisd_ros.eval.replay import table_rows, write_replay_report
+    from heisd_ros.tools._common import set_threads
+
+    set_threads(args.threads)
+    try:
+        result = run(args)
+    except ValueError as err:  # BagError included: a message for the user, no traceback
+        print(f"heisd-replay: {err}", file=sys.stderr)
+        return 2
+    print(report.format_table(*table_rows(result["methods"])))
+    print(result["projection"]["label"] + ": " + ", ".join(
+        f"{n} {r['projected_speedup_vs_ar']:.2f}x"
+        for n, r in result["projection"]["methods"].items()))
+    if args.report:
+        result["report_files"] = write_replay_report(args.report, result)
+        print(f"report: {result['report_files']['markdown']}")
+    if args.json:
+        report.write_json(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

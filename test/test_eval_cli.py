@@ -1,0 +1,55 @@
+"""heisd-eval end to end on 1 suite, 1 task, 1 episode, AR + drafter, tiny random VLA."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from heisd_ros.models.checkpoint import save_small_vla
+from heisd_ros.tools import eval as eval_tool
+from test.fixtures_decoding import tiny_random_vla  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def tiny_target_path(tiny_random_vla, tmp_path_factory):  # noqa: F811
+    return str(save_small_vla(tiny_random_vla, tmp_path_factory.mktemp("vla") / "tiny.safetensors"))
+
+
+def test_eval_json_and_report(tiny_target_path, tmp_path, capsys):
+    out = tmp_path / "report"
+    code = eval_tool.main(["--suites", "piper_goal", "--tasks", "red_block_on_plate",
+                           "--episodes", "1", "--max-steps", "2", "--image-size", "32",
+                           "--methods", "drafter", "ar", "--target", tiny_target_path,
+                           "--json", str(tmp_path / "e.json"), "--report", str(out)])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "e.json").read_text())
+    assert result["config"]["methods"] == ["ar", "drafter"]
+    rows = result["suites"]["piper_goal"]
+    for name in ("ar", "drafter"):
+        row = rows[name]
+        assert row["episodes"] == 1 and 0.0 <= row["success_rate"] <= 1.0
+        lo, hi = row["sr_wilson95"]
+        assert 0.0 <= lo <= row["success_rate"] <= hi <= 1.0
+        for key in ("speedup_vs_ar", "al", "target_forwards_per_action", "skip_rate",
+                    "router_share", "stage_ms_median", "latency"):
+            assert key in row, key
+        assert {"p50_ms", "p99_ms"} <= set(row["latency"])
+        assert {"vision", "verify", "total"} <= set(row["stage_ms_median"])
+    assert rows["ar"]["speedup_vs_ar"] == 1.0 and rows["ar"]["target_forwards_per_action"] == 7.0
+    assert rows["drafter"]["drafter_forwards_per_action"] > 0
+    # Same seeded episodes for both methods.
+    assert sorted((e["method"], e["seed"]) for e in result["episodes"]) == [("ar", 0),
+                                                                            ("drafter", 0)]
+    assert set(result["projection"]["methods"]) == {"ar", "drafter"}
+    for name in ("report.md", "trajectories.png", "latency_per_step.png",
+                 "accepted_length_hist.png", "sr_vs_speedup.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert "SR [95% CI]" in capsys.readouterr().out
+
+
+def test_eval_rejects_unknown_names(capsys):
+    assert eval_tool.main(["--suites", "piper_goal", "--methods", "nope"]) == 2
+    assert "valid names are" in capsys.readouterr().err
+    assert eval_tool.main(["--suites", "piper_goal", "--tasks", "nope", "--episodes", "1"]) == 2
+    assert "--tasks" in capsys.readouterr().err

@@ -1,0 +1,82 @@
+"""Hybrid methods through heisd-record, heisd-replay and heisd-eval with a tiny embedded DB.
+
+The DB is built by heisd-build-db from two short scripted episodes in the simulator.
+
+Skipped when the hybrid decoder or the DB builder is not importable.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("heisd_ros.decoding.hybrid")
+build_db = pytest.importorskip("heisd_ros.tools.build_db")
+
+from heisd_ros.data.npz_episodes import episode_path, save_episode  # noqa: E402
+from heisd_ros.data.rosbag_io import read_bag_messages  # noqa: E402
+from heisd_ros.eval.recording import TOPIC_HYBRID_STEP, make_recording_typestore  # noqa: E402
+from heisd_ros.models.checkpoint import save_small_vla  # noqa: E402
+from heisd_ros.tools import eval as eval_tool  # noqa: E402
+from heisd_ros.tools import record, replay  # noqa: E402
+from test.fixtures_decoding import tiny_random_vla  # noqa: E402, F401
+
+SUITE, TASK, SIZE = "piper_goal", "red_block_on_plate", "32"
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_random_vla, tmp_path_factory):  # noqa: F811
+    from heisd_ros.sim.config import SimConfig
+    from heisd_ros.sim.demos import record_expert_episode
+    from heisd_ros.sim.env import PiperSimEnv
+    from heisd_ros.sim.expert import ScriptedExpert
+    from heisd_ros.sim.suites import get_task
+
+    root = tmp_path_factory.mktemp("hybrid")
+    target = save_small_vla(tiny_random_vla, root / "tiny.safetensors", dtype="float32")
+    config = SimConfig(image_width_px=int(SIZE), image_height_px=int(SIZE))
+    with PiperSimEnv(get_task(SUITE, TASK), config) as env:
+        expert = ScriptedExpert(env)
+        for seed in (0, 1):
+            save_episode(record_expert_episode(env, expert, seed, max_steps=8),
+                         episode_path(root / "demos", SUITE, TASK, seed))
+    assert build_db.main(["--demos", str(root / "demos"), "--db", str(root / "db"),
+                          "--target", str(target), "--router-window", "3", "--exact",
+                          "--hold-out-every", "0"]) == 0
+    return root, str(target), str(root / "db")
+
+
+def test_record_replay_eval_with_hybrid_methods(setup, tmp_path, capsys):
+    root, target, db = setup
+    common = ["--target", target, "--db", db]
+    assert record.main(["--suite", SUITE, "--task", TASK, "--policy", "heisd", "--max-steps",
+                        "4", "--image-size", SIZE, "--out", str(tmp_path / "bags"), *common]) == 0
+    bag = tmp_path / "bags" / SUITE / TASK / "episode_000000_bag"
+    steps = [m for _, _, m in read_bag_messages(bag, [TOPIC_HYBRID_STEP],
+                                                typestore=make_recording_typestore())]
+    assert len(steps) == 4 and {m.router_mode for m in steps} <= {0, 1}
+    assert any(m.retrieval_calls for m in steps)
+
+    assert replay.main([str(bag), "--methods", "heisd", "router_only", "--json",
+                        str(tmp_path / "r.json"), *common]) == 0
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert list(result["methods"]) == ["ar", "heisd", "router_only"]
+    # Without relaxation or skip the router-only method is lossless.
+    assert result["methods"]["router_only"]["agreement_with_ar"]["exact_token_rate"] == 1.0
+    assert set(result["methods"]["heisd"]["router_share"]) <= {"drafter", "retrieval"}
+
+    assert eval_tool.main(["--suites", SUITE, "--tasks", TASK, "--episodes", "1", "--max-steps",
+                           "3", "--image-size", SIZE, "--methods", "ar", "retrieval", "heisd",
+                           "--json", str(tmp_path / "e.json"), *common]) == 0
+    rows = json.loads((tmp_path / "e.json").read_text())["suites"][SUITE]
+    assert rows["retrieval"]["retrievals_per_action"] == 1.0
+    assert "skip_rate" in rows["heisd"] and "router_share" in rows["heisd"]
+    capsys.readouterr()
+
+
+def test_router_method_without_router_stats_is_a_clean_error(setup, capsys):
+    _, target, _ = setup
+    assert eval_tool.main(["--suites", SUITE, "--tasks", TASK, "--episodes", "1",
+                           "--methods", "heisd", "--target", target]) == 2
+    assert "router_stats" in capsys.readouterr().err

@@ -1,0 +1,109 @@
+"""Evaluation library without a simulator: Wilson, projection, agreement, registry, reports."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from heisd_ros.eval import metrics, report
+from heisd_ros.eval.methods import METHODS, MethodContext, build_method, check_methods
+from heisd_ros.eval.projection import ComponentCosts, project, projected_ms
+
+
+@pytest.mark.parametrize(("wins", "n", "low", "high"), [
+    (0, 10, 0.0, 0.2775), (5, 10, 0.2366, 0.7634), (10, 10, 0.7225, 1.0),
+    (8, 10, 0.4902, 0.9433), (1, 1, 0.2065, 1.0), (18, 20, 0.6990, 0.9721)])
+def test_wilson_interval_known_values(wins, n, low, high):
+    lo, hi = metrics.wilson_interval(wins, n)
+    assert lo == pytest.approx(low, abs=1e-4) and hi == pytest.approx(high, abs=1e-4)
+
+
+def test_wilson_interval_edge_cases():
+    assert metrics.wilson_interval(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="successes"):
+        metrics.wilson_interval(3, 2)
+
+
+def test_projection_arithmetic_on_hand_computed_counters():
+    costs = ComponentCosts(drafter_forward_ms=1.0)
+    ar = {"target_forwards_per_action": 7.0}
+    hybrid = {"target_forwards_per_action": 2.5, "drafter_forwards_per_action": 6.0,
+              "retrievals_per_action": 1.0, "skip_rate": 0.25}
+    # AR: 8 + 53 + 7 * 13.93 = 158.51 ms; hybrid: 8 + 53 + 2.5 * 13.93 + 6 * 1 + 5.13.
+    assert projected_ms(ar, costs) == pytest.approx(158.51)
+    assert projected_ms(hybrid, costs) == pytest.approx(106.955)
+    out = project({"ar": ar, "heisd": hybrid}, costs)
+    assert "PROJECTION" in out["label"] and any("assumption" in a for a in out["assumptions"])
+    assert out["methods"]["heisd"]["projected_speedup_vs_ar"] == pytest.approx(158.51 / 106.955)
+    assert out["methods"]["ar"]["projected_speedup_vs_ar"] == pytest.approx(1.0)
+    assert out["methods"]["heisd"]["skip_rate"] == 0.25
+    # Without an AR row the nominal 7 forwards are the reference.
+    alone = project({"heisd": hybrid}, costs)["methods"]["heisd"]
+    assert alone["projected_speedup_vs_ar"] == pytest.approx(158.51 / 106.955)
+    with pytest.raises(ValueError, match="drafter_forward_ms"):
+        ComponentCosts(drafter_forward_ms=-1.0)
+
+
+def test_agreement_metrics():
+    ref = np.array([[10, 20, 30, 40, 50, 60, 255], [0, 0, 0, 0, 0, 0, 0]])
+    bins = ref.copy()
+    bins[0, 0] += 2
+    bins[1, 6] = 255
+    ref_actions = np.zeros((2, 7))
+    actions = ref_actions.copy()
+    actions[0, :3] = [0.003, 0.004, 0.0]  # 5 mm
+    actions[1, 6] = 1.0
+    out = metrics.agreement(bins, ref, actions, ref_actions)
+    assert out["exact_token_rate"] == pytest.approx(12 / 14)
+    assert out["exact_action_rate"] == 0.0
+    assert out["mean_bin_deviation_per_dim"][0] == 1.0
+    assert out["mean_bin_deviation_per_dim"][6] == 127.5
+    assert out["translation_error_mm"] == {"mean": pytest.approx(2.5), "max": pytest.approx(5.0)}
+    assert out["gripper_agreement"] == 0.5
+    with pytest.raises(ValueError, match="bins"):
+        metrics.agreement(bins[:, :3], ref[:, :3])
+
+
+def _step(fwd, rounds, mode="off", skipped=False, ms=10.0):
+    return {"target_forwards": fwd, "drafter_forwards": 2, "retrieval_calls": 0,
+            "accepted_lengths": rounds, "tokens_from_draft": sum(rounds), "router_mode": mode,
+            "verify_skipped": skipped, "stage_ms": {"vision": 1.0, "total": ms}}
+
+
+def test_counters_latency_and_speedup():
+    steps = [_step(3, [3, 2], "drafter"), _step(0, [], "retrieval", True, 20.0),
+             _step(4, [1], "drafter", ms=30.0)]
+    c = metrics.counters_summary(steps)
+    assert c["al"] == pytest.approx(2.0) and c["target_forwards_per_action"] == pytest.approx(7 / 3)
+    assert c["skip_rate"] == pytest.approx(1 / 3)
+    assert c["router_share"] == {"drafter": pytest.approx(2 / 3), "retrieval": pytest.approx(1 / 3)}
+    assert metrics.stage_breakdown(steps) == {"vision": 1.0, "total": 20.0}
+    lat = metrics.latency_summary([10.0, 20.0, 30.0])
+    assert lat["p50_ms"] == 20.0 and 29.0 < lat["p99_ms"] <= 30.0
+    assert metrics.speedup([10.0, 10.0], [30.0, 30.0]) == pytest.approx(3.0)
+
+
+def test_method_registry_names_and_errors():
+    assert {"ar", "drafter", "drafter_relaxed", "heisd", "router_skip"} <= set(METHODS)
+    assert check_methods(["drafter", "ar", "drafter"]) == ["ar", "drafter"]
+    assert check_methods(["drafter"]) == ["ar", "drafter"]
+    with pytest.raises(ValueError, match="valid names are"):
+        check_methods(["nope"])
+    with pytest.raises(ValueError, match="needs a drafter"):
+        build_method("drafter", MethodContext(target=object()))
+
+
+def test_report_files_and_tables(tmp_path):
+    table = report.format_table(["a", "bb"], [["1", "2"], ["333", "4"]])
+    assert table.splitlines()[0].startswith("a    bb")
+    assert "\\|" in report.markdown_table(["mean |d|"], [["x"]])
+    images = [
+        report.plot_trajectories(tmp_path / "t.png", {"ar": [(np.random.rand(5, 3),
+                                                             ["off"] * 5)]}, "t"),
+        report.plot_latency(tmp_path / "l.png", {"ar": [1.0, 2.0]}, "l"),
+        report.plot_accepted_lengths(tmp_path / "h.png", {"ar": [], "d": [1, 2, 2]}, "h"),
+        report.plot_quality_vs_speed(tmp_path / "q.png", {"ar": (1.0, 0.5, 0.2, 0.8)}, "SR", "q")]
+    md = report.write_markdown(tmp_path / "report.md", "T", [("S", "body")], images)
+    assert all(p.stat().st_size > 1000 for p in images)
+    assert "![t](t.png)" in md.read_text()
+    assert report.write_json(tmp_path / "x" / "r.json", {"a": np.float32(1.5)}).is_file()

@@ -1,0 +1,108 @@
+"""heisd-record -> heisd-replay round trip on a tiny random VLA; replay of other bags.
+
+Tiny sizes keep it fast on the shared machine: 32 px cameras, 3 control steps.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from heisd_ros.data.rosbag_io import bag_topic_summary, make_typestore, write_episode_bag
+from heisd_ros.eval.recording import (
+    HYBRID_STEP_TYPE,
+    TOPIC_HYBRID_STEP,
+    make_recording_typestore,
+)
+from heisd_ros.models.checkpoint import save_small_vla
+from heisd_ros.tools import record, replay
+from test.fixtures_decoding import tiny_random_vla  # noqa: F401
+from test.test_data_npz import synthetic_record
+
+SUITE, TASK = "piper_goal", "red_block_on_plate"
+
+
+@pytest.fixture(scope="module")
+def tiny_target_path(tiny_random_vla, tmp_path_factory):  # noqa: F811
+    return str(save_small_vla(tiny_random_vla, tmp_path_factory.mktemp("vla") / "tiny.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def recorded_bag(tiny_target_path, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bags")
+    code = record.main(["--suite", SUITE, "--task", TASK, "--policy", "drafter", "--episodes",
+                        "1", "--max-steps", "3", "--image-size", "32", "--target",
+                        tiny_target_path, "--out", str(out), "--storage", "sqlite3"])
+    assert code == 0
+    return out / SUITE / TASK / "episode_000000_bag"
+
+
+def test_recorded_bag_has_the_robot_topics_and_hybrid_steps(recorded_bag):
+    summary = bag_topic_summary(recorded_bag)
+    assert summary[TOPIC_HYBRID_STEP] == (HYBRID_STEP_TYPE, 3)
+    assert summary["/camera/wrist/image_raw"] == ("sensor_msgs/msg/Image", 3)
+    assert list(recorded_bag.glob("*.db3"))
+    from heisd_ros.data.rosbag_io import read_bag_messages
+
+    msgs = [m for _, _, m in read_bag_messages(recorded_bag, [TOPIC_HYBRID_STEP],
+                                               typestore=make_recording_typestore())]
+    assert [m.step_index for m in msgs] == [0, 1, 2]
+    assert msgs[0].router_mode == 2 and msgs[0].target_forwards >= 1 and msgs[0].total_ms > 0
+
+
+def test_round_trip_replay_report(recorded_bag, tiny_target_path, tmp_path, capsys):
+    out = tmp_path / "report"
+    code = replay.main([str(recorded_bag), "--methods", "ar", "drafter", "--target",
+                        tiny_target_path, "--json", str(tmp_path / "r.json"), "--report",
+                        str(out)])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["instruction"] == "put the red block on the plate"
+    assert len(result["frames"]) == 3
+    from heisd_ros.data.rosbag_io import read_bag_messages
+
+    poses = [m.pose.position for _, _, m in read_bag_messages(recorded_bag, ["/ee_pose"])]
+    for frame, pose in zip(result["frames"], poses, strict=True):
+        ar = frame["methods"]["ar"]["agreement"]
+        assert ar["exact_token_rate"] == 1.0 and ar["translation_error_mm"] == 0.0
+        # Each frame carries the state logged with its own images, not the previous step's.
+        assert frame["ee_position_m"] == pytest.approx([pose.x, pose.y, pose.z])
+    total = result["methods"]["ar"]["agreement_with_ar"]
+    assert total["exact_token_rate"] == 1.0 and total["gripper_agreement"] == 1.0
+    assert result["methods"]["ar"]["target_forwards_per_action"] == 7.0
+    assert "drafter" in result["methods"] and "PROJECTION" in result["projection"]["label"]
+    for name in ("report.md", "trajectories.png", "latency_per_step.png",
+                 "accepted_length_hist.png", "agreement_vs_speedup.png"):
+        assert (out / name).stat().st_size > 0, name
+    text = (out / "report.md").read_text()
+    assert "## Per frame" in text and "## Projection" in text and "(trajectories.png)" in text
+    assert "exact tok" in capsys.readouterr().out
+
+
+def test_replay_of_a_write_episode_bag_without_wrist_camera(tiny_target_path, tmp_path, capsys):
+    bag = write_episode_bag(synthetic_record(steps=4, size=24), tmp_path / "bag",
+                            typestore=make_typestore())
+    code = replay.main([str(bag), "--methods", "ar", "--target", tiny_target_path,
+                        "--topic-wrist", "", "--max-frames", "2", "--json",
+                        str(tmp_path / "r.json")])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert len(result["frames"]) == 2 and list(result["methods"]) == ["ar"]
+
+
+def test_bag_without_instruction_asks_for_one(tmp_path, capsys):
+    from rosbags.rosbag2 import Writer
+
+    ts = make_typestore()
+    with Writer(tmp_path / "bag", version=9) as writer:
+        conn = writer.add_connection("/camera/third_person/image_raw", "sensor_msgs/msg/Image",
+                                     typestore=ts)
+        msg = ts.types["sensor_msgs/msg/Image"](
+            header=ts.types["std_msgs/msg/Header"](
+                stamp=ts.types["builtin_interfaces/msg/Time"](sec=1, nanosec=0), frame_id="c"),
+            height=16, width=16, encoding="rgb8", is_bigendian=0, step=48,
+            data=__import__("numpy").zeros(16 * 48, dtype="uint8"))
+        writer.write(conn, 1, ts.serialize_cdr(msg, "sensor_msgs/msg/Image"))
+    assert replay.main([str(tmp_path / "bag"), "--topic-wrist", ""]) == 2
+    assert "pass --instruction" in capsys.readouterr().err
