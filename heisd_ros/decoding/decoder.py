@@ -57,7 +57,7 @@ class ActionDecoder:
         self.target = target
         self.source = source
         self.rule = rule
-        self.codec = codec or ActionCodec()
+        self.codec = codec or target.codec
         self.draft_in_prefill = draft_in_prefill
 
     def decode(self, observation: Observation, prefix: Prefix | None = None) -> ActionResult:

@@ -264,7 +264,7 @@ class HybridDecoder:
         self.drafter = drafter if sw.drafter else None
         self.retrieval = retrieval if sw.retrieval else None
         self.router = router if sw.router else None
-        self.codec = codec or ActionCodec()
+        self.codec = codec or target.codec
         self.task = task
         self.skip_threshold = float(self.config.skip_threshold)
         self._history: deque = deque(maxlen=self.config.router.window)
@@ -433,7 +433,7 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
         calibration: a VerifySkipCalibration or a JSON path (``heisd-calibrate``); sets the
             skip and router thresholds.
         config: further settings (its method is replaced by ``method``).
-        codec: the action codec (default: ``ActionCodec()``).
+        codec: the action codec (default: the target's, ``target.codec``).
         task: DB collection to query (default: per observation, ``task_of``).
     """
     from heisd_ros.kinematics.router import RouterStats

@@ -24,6 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from heisd_ros.actions.bins import ActionTokenMap
+from heisd_ros.actions.normalization import ActionCodec
 from heisd_ros.data.observation import Observation
 from heisd_ros.decoding.tree import DraftTree
 
@@ -106,6 +107,25 @@ class TargetVLA(ABC):
                              f"{vocab} output rows")
         self.language_model = language_model
         self.actions = actions
+
+    #: Set by a subclass or loader that knows its codec (e.g. OpenVLA's dataset statistics).
+    _codec: ActionCodec | None = None
+
+    @property
+    def codec(self) -> ActionCodec:
+        """Bins <-> physical actions with the statistics this model was trained on.
+
+        An explicitly set codec wins; else ``action_stats`` (q01/q99 stored with a trained
+        checkpoint); else the default statistics (a random initialisation).
+        """
+        if self._codec is not None:
+            return self._codec
+        stats = getattr(self, "action_stats", None)
+        return ActionCodec(stats) if stats is not None else ActionCodec()
+
+    @codec.setter
+    def codec(self, value: ActionCodec) -> None:
+        self._codec = value
 
     @abstractmethod
     def encode(self, observation: Observation) -> Prefix:

@@ -78,7 +78,6 @@ def build(args) -> dict:
     """Build the DB and the offline statistics; returns the summary (raises on bad input)."""
     from tqdm import tqdm
 
-    from heisd_ros.actions.normalization import ActionCodec
     from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
     from heisd_ros.retrieval.embedding import (
         build_database,
@@ -107,7 +106,7 @@ def build(args) -> dict:
     total = sum(r.num_steps for _, r in episodes)
     try:
         with tqdm(total=total, unit="step", desc="embedding", file=sys.stderr) as bar:
-            summary = build_database(target, episodes, store, ActionCodec(), progress=bar.update)
+            summary = build_database(target, episodes, store, target.codec, progress=bar.update)
     finally:
         store.close()
     stats_dir = Path(args.stats_dir or args.db)
