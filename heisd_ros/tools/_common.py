@@ -9,12 +9,42 @@ from pathlib import Path
 DEFAULT_TARGET_PATH = Path(__file__).resolve().parent.parent / "assets" / "small_vla.safetensors"
 
 
-def load_target(path: str | None, seed: int = 0):
-    """(target, description) of the small VLA to use.
+#: Target models the tools can load (``--model``).
+MODELS = ("small", "openvla")
 
-    From ``path``, else the shipped weights if present, else a seeded random initialisation
-    of the default config.
+
+def add_model_arguments(parser) -> None:
+    """``--model`` and ``--checkpoint`` (the target to load; see :func:`load_target`)."""
+    parser.add_argument("--model", choices=MODELS, default="small",
+                        help="target VLA: the shipped small VLA, or an OpenVLA checkpoint")
+    parser.add_argument("--checkpoint", default=None,
+                        help="OpenVLA: the local Hugging Face checkpoint directory")
+    parser.add_argument("--unnorm-key", default=None,
+                        help="OpenVLA: dataset statistics to un-normalise with")
+
+
+def load_target(path: str | None, seed: int = 0, model: str = "small",
+                checkpoint: str | None = None, unnorm_key: str | None = None,
+                openvla_options: dict | None = None):
+    """(target, description) of the VLA to use.
+
+    ``model="small"``: from ``path``, else the shipped weights if present, else a seeded random
+    initialisation of the default config. ``model="openvla"``: the OpenVLA checkpoint directory
+    ``checkpoint`` (CUDA bf16 when a GPU is present, else CPU fp32), never from a hub;
+    ``openvla_options`` are further ``OpenVLAOptions`` fields (e.g. backbone specs in tests).
     """
+    if model not in MODELS:
+        raise ValueError(f"model: expected one of {MODELS}, got {model!r}")
+    if model == "openvla":
+        if not checkpoint:
+            raise ValueError("--model openvla needs --checkpoint DIR (a local checkpoint)")
+        from heisd_ros.models.openvla.loader import load_target as load_openvla
+
+        options = dict(openvla_options or {})
+        if unnorm_key:
+            options["unnorm_key"] = unnorm_key
+        target = load_openvla("openvla", Path(checkpoint), **options)
+        return target, f"OpenVLA {checkpoint} ({target.describe()})"
     from heisd_ros.models.checkpoint import load_small_vla
     from heisd_ros.models.small_vla import SmallVLA
 
@@ -23,6 +53,17 @@ def load_target(path: str | None, seed: int = 0):
     if path is None:
         return SmallVLA.random(seed=seed), f"random-init small VLA (seed={seed})"
     return load_small_vla(path), f"{path} (sha256 {file_digest(path)})"
+
+
+def load_target_from_args(args):
+    """:func:`load_target` with a tool's ``--target``/``--model``/``--checkpoint`` options.
+
+    A caller embedding a tool may set ``args.openvla_options`` (a dict) for options that have
+    no command-line flag.
+    """
+    return load_target(getattr(args, "target", None), getattr(args, "seed", 0),
+                       getattr(args, "model", "small"), getattr(args, "checkpoint", None),
+                       getattr(args, "unnorm_key", None), getattr(args, "openvla_options", None))
 
 
 def file_digest(path) -> str:

@@ -33,7 +33,12 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from heisd_ros.tools._common import int_vector, load_target, set_threads
+from heisd_ros.tools._common import (
+    add_model_arguments,
+    int_vector,
+    load_target_from_args,
+    set_threads,
+)
 
 _COLUMNS = (("mode", 18), ("fwd/action", 11), ("AL", 6), ("draft tok", 10), ("ms median", 10),
             ("ms p90", 8), ("speed-up", 9), ("exact tok", 10), ("mean |dbin|", 12),
@@ -68,7 +73,7 @@ def run_decode(args) -> dict:
     from heisd_ros.models.checkpoint import load_draft_head
     from heisd_ros.models.synthetic_scenes import SyntheticScenes
 
-    target, description = load_target(args.target, args.seed)
+    target, description = load_target_from_args(args)
     head = load_draft_head(args.drafter, target)
     tree = DraftTreeConfig(top_k=args.top_k, max_depth=args.depth, node_budget=args.budget)
     radius = int_vector(args.relaxed_radius, 7, "--relaxed-radius")
@@ -284,7 +289,7 @@ def run_profile(args) -> dict:
     from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
     from heisd_ros.models.synthetic_scenes import SyntheticScenes
 
-    target, description = load_target(args.target, args.seed)
+    target, description = load_target_from_args(args)
     head = (load_draft_head(args.drafter, target) if args.drafter
             else DraftHead(DraftHeadConfig.for_target(target)).eval())
     obs = SyntheticScenes(1, seed=args.seed).scene(0)
@@ -302,6 +307,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p = sub.add_parser(name)
         p.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped "
                        "weights if present, else a seeded random init)")
+        add_model_arguments(p)
         p.add_argument("--drafter", default=None, required=name == "decode",
                        help="draft head safetensors from heisd-train-drafter")
         p.add_argument("--seed", type=int, default=0)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command line of ``heisd-build-db``."""
+    from heisd_ros.tools._common import add_model_arguments
+
     p = argparse.ArgumentParser(prog="heisd-build-db", description=__doc__.split("\n")[0])
     p.add_argument("--demos", required=True, help="npz demonstration root (<suite>/<task>/)")
     p.add_argument("--db", default="", help="DB directory (edge, or qdrant local mode)")
@@ -35,6 +37,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(default: --db)")
     p.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped "
                    "weights if present, else a seeded random init)")
+    add_model_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--suites", nargs="*", default=None)
     p.add_argument("--tasks", nargs="*", default=None)
@@ -87,7 +90,7 @@ def build(args) -> dict:
         write_offline_stats,
     )
     from heisd_ros.retrieval.store import open_store
-    from heisd_ros.tools._common import load_target
+    from heisd_ros.tools._common import load_target_from_args
 
     config = _store_config(args)
     paths = iter_episode_paths(args.demos, args.suites, args.tasks)
@@ -98,7 +101,7 @@ def build(args) -> dict:
     db_paths, held_out = split_held_out(paths, args.hold_out_every)
     if not db_paths:
         raise ValueError("--hold-out-every: every episode would be held out")
-    target, description = load_target(args.target, args.seed)
+    target, description = load_target_from_args(args)
     episodes = [(i, load_episode(p)) for i, p in enumerate(db_paths)]
     dimension = int(embed_observation(target, episodes[0][1].observation(0)).shape[0])
     fingerprint = model_fingerprint(target)
