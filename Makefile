@@ -5,7 +5,7 @@ setup:
 	bash scripts/setup.sh
 
 demo: setup
-	bash scripts/demo.sh
+	bash scripts/demo.sh $(ARGS)
 
 test: setup
 	bash scripts/run_tests.sh
