@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from heisd_ros.actions.normalization import ActionStats
 from heisd_ros.models.small_vla import SmallVLA, SmallVLANet
 from heisd_ros.models.small_vla_config import SmallVLAConfig
 
@@ -78,7 +79,11 @@ def save_small_vla(vla: SmallVLA, path, dtype: str = "float16", extra: dict | No
 
 
 def load_small_vla(path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> SmallVLA:
-    """Load a small VLA written by :func:`save_small_vla` (weights cast to ``dtype``)."""
+    """Load a small VLA written by :func:`save_small_vla` (weights cast to ``dtype``).
+
+    The action statistics stored with it (``extra={"action_stats": stats.to_json()}``) are
+    set as ``vla.action_stats`` (None if absent); ``vla.codec`` decodes with them.
+    """
     tensors, metadata = read_checkpoint(path, SMALL_VLA_FORMAT)
     if metadata.get("action_ids") != ACTION_ID_LAYOUT:
         raise ValueError(f"{path}: vocabulary layout {metadata.get('action_ids')!r} is not "
@@ -96,7 +101,14 @@ def load_small_vla(path, device: str = "cpu", dtype: torch.dtype = torch.float32
                          f"the config's model_vocab_size is {config.model_vocab_size}")
     net = SmallVLANet(config)
     load_into(net, tensors, path, dtype)
-    return SmallVLA(net).to(device=device, dtype=dtype)
+    vla = SmallVLA(net).to(device=device, dtype=dtype)
+    vla.action_stats = None
+    if "action_stats" in metadata:
+        try:
+            vla.action_stats = ActionStats.from_json(metadata["action_stats"])
+        except (KeyError, json.JSONDecodeError, TypeError, ValueError) as err:
+            raise ValueError(f"{path}: metadata 'action_stats' is not valid ({err})") from err
+    return vla
 
 
 DRAFT_HEAD_FORMAT = "heisd-draft-head/1"

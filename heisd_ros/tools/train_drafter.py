@@ -9,6 +9,8 @@ Examples:
     # a trained target, more data; continue an interrupted run
     heisd-train-drafter --target small_vla.safetensors --observations 1024 --out runs/dr
     heisd-train-drafter --target small_vla.safetensors --observations 1024 --out runs/dr --resume
+    # observations from the simulator's npz demonstrations (heisd-collect --format npz)
+    heisd-train-drafter --demos /work/data/demos_128 --observations 512 --out runs/dr
 
 Writes ``OUT/draft_head.safetensors``, ``OUT/card.json`` (data, steps, loss, held-out
 acceptance) and ``OUT/train_state.pt`` (checkpoint for ``--resume``). The library function
@@ -70,6 +72,34 @@ def train(target, target_description: str, observations, heldout, out_dir, confi
     return card
 
 
+def demo_observations(root, n: int, heldout: bool, seed: int) -> list:
+    """``n`` observations spread over the npz demos under ``root``.
+
+    The last seed of every task is the held-out episode (``heldout=True`` draws from those
+    only, else from the rest), as in ``heisd-train-vla``'s validation split.
+    """
+    import numpy as np
+
+    from heisd_ros.data.npz_episodes import iter_episode_paths, iter_steps
+
+    by_task: dict = {}
+    for path in iter_episode_paths(root):
+        by_task.setdefault(path.parent, []).append(path)
+    paths = [p for group in by_task.values() for p in
+             (sorted(group)[-1:] if heldout else sorted(group)[:-1])]
+    if not paths:
+        raise ValueError(f"--demos: no episodes under {root}")
+    rng = np.random.default_rng(seed)
+    per_episode = np.bincount(rng.integers(0, len(paths), size=n), minlength=len(paths))
+    picked = []
+    for path, k in zip(paths, per_episode, strict=True):
+        if k:
+            steps = [obs for obs, _ in iter_steps(path)]
+            picked += [steps[i] for i in sorted(rng.choice(len(steps), size=min(k, len(steps)),
+                                                           replace=False))]
+    return picked
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """Command line of ``heisd-train-drafter``."""
     parser = argparse.ArgumentParser(prog="heisd-train-drafter", description=__doc__.split("\n")[0])
@@ -77,6 +107,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped "
                         "weights if present, else a seeded random init)")
     parser.add_argument("--observations", type=int, default=256, help="training observations")
+    parser.add_argument("--demos", default=None, help="npz demonstrations to draw observations "
+                        "from (default: synthetic scenes)")
     parser.add_argument("--heldout", type=int, default=32, help="held-out observations")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=600)
@@ -98,10 +130,17 @@ def main(argv=None) -> int:
     config = DrafterTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                                 seed=args.seed)
     target, description = load_target(args.target, args.seed)
-    data = SyntheticScenes(args.observations, seed=args.seed)
-    heldout = SyntheticScenes(args.heldout, seed=args.seed + 1_000_003)
+    if args.demos:
+        data = demo_observations(args.demos, args.observations, False, args.seed)
+        heldout = demo_observations(args.demos, args.heldout, True, args.seed + 1)
+        described = (f"{len(data)} steps of npz demos {args.demos} (held out: {len(heldout)} "
+                     f"steps of the last seed of every task; seed={args.seed})")
+    else:
+        data = SyntheticScenes(args.observations, seed=args.seed)
+        heldout = SyntheticScenes(args.heldout, seed=args.seed + 1_000_003)
+        described = data.describe()
     card = train(target, description, data, heldout, args.out, config, args.checkpoint_every,
-                 args.resume, data.describe())
+                 args.resume, described)
     print(json.dumps({"out": args.out, "steps": card["steps"], "final_loss": card["final_loss"],
                       "heldout": card["heldout"]}, indent=2))
     return 0

@@ -1,0 +1,393 @@
+r"""Behaviour cloning of the small VLA on the simulator's demonstrations.
+
+Each demonstration step (two camera images, instruction, optional proprio, expert action)
+becomes one teacher-forced sequence, laid out exactly as ``SmallVLA.prefix`` lays out a
+prompt at inference time::
+
+    [bos] [primary patches] [wrist patches] [proprio?] "In: ...\nOut:" a_0 .. a_5
+
+The hidden state that predicts action token k sits at position P - 1 + k (P = prompt
+length); the loss is the cross-entropy over the 256 action logits only (the decoders' argmax
+is restricted to them, see ``ActionTokenMap.argmax_token``). Prompts differ in length only
+in their text part, so a batch is padded on the right: with causal attention the padding
+never influences a real position, and the default position ids 0..L-1 are those of
+inference.
+
+To be fast on a CPU the images are resized once to the model's ``image_size_px`` and kept in
+memory as uint8 (:class:`DemoCache`, saved as one ``.npz``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from heisd_ros.actions.bins import N_BINS
+from heisd_ros.actions.normalization import ActionCodec, ActionStats
+from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
+from heisd_ros.data.observation import ACTION_DIM
+from heisd_ros.models.small_vla import SmallVLA
+from heisd_ros.models.vision import _PIXEL_MEAN, _PIXEL_STD
+
+CACHE_FORMAT = 1
+
+
+@dataclass
+class DemoCache:
+    """All demonstration steps in memory, images already at the model's resolution.
+
+    Attributes:
+        images: (N, 2, S, S, 3) uint8, primary then wrist camera.
+        proprio: (N, 7) float32 (``make_proprio`` layout).
+        actions: (N, 7) float32 physical actions (m, rad, gripper 0/1).
+        episode: (N,) int64 index into ``episode_names``.
+        episode_names: "suite/task/seed" of each episode.
+        episode_instructions: instruction of each episode.
+        source: where the episodes came from (for the card).
+    """
+
+    images: np.ndarray
+    proprio: np.ndarray
+    actions: np.ndarray
+    episode: np.ndarray
+    episode_names: list[str]
+    episode_instructions: list[str]
+    source: str
+
+    @property
+    def image_size_px(self) -> int:
+        """Side S of the cached images."""
+        return int(self.images.shape[2])
+
+    def save(self, path) -> Path:
+        """Write the cache as an uncompressed ``.npz`` (fast to reload)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, format=np.int64(CACHE_FORMAT), images=self.images, proprio=self.proprio,
+                 actions=self.actions, episode=self.episode,
+                 episode_names=np.array(self.episode_names),
+                 episode_instructions=np.array(self.episode_instructions),
+                 source=np.str_(self.source))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path) -> DemoCache:
+        """Read a cache written by :meth:`save`."""
+        with np.load(path, allow_pickle=False) as npz:
+            if int(npz["format"]) != CACHE_FORMAT:
+                raise ValueError(f"{path}: demo cache format {int(npz['format'])}, "
+                                 f"expected {CACHE_FORMAT}")
+            return cls(images=npz["images"], proprio=npz["proprio"], actions=npz["actions"],
+                       episode=npz["episode"], episode_names=npz["episode_names"].tolist(),
+                       episode_instructions=npz["episode_instructions"].tolist(),
+                       source=str(npz["source"]))
+
+
+def resize_images(images: np.ndarray, size_px: int) -> np.ndarray:
+    """(T, H, W, 3) uint8 -> (T, S, S, 3) uint8 with the vision encoder's resampling."""
+    x = torch.as_tensor(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float() / 255.0
+    if x.shape[-2:] != (size_px, size_px):
+        x = F.interpolate(x, size=(size_px, size_px), mode="bilinear", antialias=True,
+                          align_corners=False)
+    return (x * 255.0).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def build_demo_cache(root, image_size_px: int, suites=None,
+                     progress: Callable[[int], None] | None = None) -> DemoCache:
+    """Load every npz episode under ``root`` and resize its images to ``image_size_px``."""
+    from heisd_ros.data.episode import make_proprio
+
+    paths = iter_episode_paths(root, suites)
+    if not paths:
+        raise ValueError(f"root: no episode_*.npz files under {root}")
+    images, proprio, actions, episode, names, instructions = [], [], [], [], [], []
+    for index, path in enumerate(paths):
+        record = load_episode(path)
+        both = np.stack([resize_images(record.image_third_person, image_size_px),
+                         resize_images(record.image_wrist, image_size_px)], axis=1)
+        images.append(both)
+        proprio.append(np.stack([make_proprio(record.ee_position_m[t], record.ee_rpy_rad[t],
+                                              record.gripper_width_m[t])
+                                 for t in range(record.num_steps)]).astype(np.float32))
+        actions.append(np.asarray(record.action, dtype=np.float32))
+        episode.append(np.full(record.num_steps, index, dtype=np.int64))
+        names.append(f"{record.suite}/{record.task}/{record.seed}")
+        instructions.append(record.instruction)
+        if progress is not None:
+            progress(1)
+    return DemoCache(np.concatenate(images), np.concatenate(proprio), np.concatenate(actions),
+                     np.concatenate(episode), names, instructions, str(root))
+
+
+def split_episodes(cache: DemoCache, heldout_per_task: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train step indices, validation step indices): the last seeds of every task held out."""
+    by_task: dict[str, list[tuple[int, int]]] = {}
+    for index, name in enumerate(cache.episode_names):
+        task, seed = name.rsplit("/", 1)
+        by_task.setdefault(task, []).append((int(seed), index))
+    heldout = set()
+    for episodes in by_task.values():
+        if len(episodes) <= heldout_per_task:
+            raise ValueError(f"heldout_per_task: {heldout_per_task} leaves no training "
+                             f"episode for a task with {len(episodes)}")
+        heldout.update(index for _, index in sorted(episodes)[len(episodes) - heldout_per_task:])
+    is_val = np.isin(cache.episode, sorted(heldout))
+    return np.nonzero(~is_val)[0], np.nonzero(is_val)[0]
+
+
+@dataclass(frozen=True)
+class VLATrainConfig:
+    """Optimisation settings of ``heisd-train-vla``.
+
+    Attributes:
+        steps: optimiser steps; batch_size: sequences per step.
+        lr, min_lr_ratio, warmup_steps, weight_decay, grad_clip: AdamW with linear warmup
+            then cosine decay to ``lr * min_lr_ratio``.
+        shift_px: random image translation (augmentation), up to this many pixels.
+        seed: initialisation, batch order and augmentation.
+    """
+
+    steps: int = 3000
+    batch_size: int = 32
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.05
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    shift_px: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        for name in ("warmup_steps", "shift_px"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr: expected > 0, got {self.lr!r}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"min_lr_ratio: expected 0..1, got {self.min_lr_ratio!r}")
+        if not (self.weight_decay >= 0 and self.grad_clip > 0):
+            raise ValueError(f"weight_decay/grad_clip: expected >= 0 / > 0, got "
+                             f"{self.weight_decay!r} / {self.grad_clip!r}")
+
+    def to_dict(self) -> dict:
+        """Plain dict (stored in checkpoints and the card)."""
+        return asdict(self)
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier of ``lr`` at optimiser step ``step`` (0-based)."""
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        span = max(1, self.steps - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / span)
+        cosine = 0.5 * (1 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine
+
+
+def encode_images(vla: SmallVLA, pixels: torch.Tensor) -> torch.Tensor:
+    """(B, 2, 3, S, S) normalised pixels -> (B, 2 * patches, H) vision tokens.
+
+    The batched twin of ``TwoCameraEncoder.forward`` (same modules, same order).
+    """
+    vision = vla.net.vision
+    b, n_cam = pixels.shape[:2]
+    x = vision.patch_embed(pixels.flatten(0, 1)).flatten(2).transpose(1, 2)   # (B*2, P, D)
+    x = x.reshape(b, n_cam, *x.shape[1:]) + vision.position + vision.camera      # (B, 2, P, D)
+    x = x.flatten(0, 1)
+    for block in vision.blocks:
+        x = block(x)
+    return vision.projector(vision.norm(x)).reshape(b, -1, vla.config.hidden_size)
+
+
+def normalise_pixels(images: np.ndarray) -> torch.Tensor:
+    """(B, 2, S, S, 3) uint8 -> (B, 2, 3, S, S) float pixels normalised like the encoder."""
+    x = torch.as_tensor(images).permute(0, 1, 4, 2, 3).float() / 255.0
+    return (x - _PIXEL_MEAN) / _PIXEL_STD
+
+
+def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bins: np.ndarray,
+                proprio: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean cross-entropy, (B, 7) bool correct argmax) of teacher-forced action tokens.
+
+    Args:
+        vla: the model (its ``net`` is run with autograd).
+        images: (B, 2, S, S, 3) uint8 at the model resolution.
+        prompts: per sample, ``vla.prompt_ids(instruction)`` (bos + text ids).
+        bins: (B, 7) int target bins.
+        proprio: (B, proprio_dim) float, used when the model has a proprio token.
+    """
+    net, actions = vla.net, vla.actions
+    emb = net.llm.get_input_embeddings()
+    vision = encode_images(vla, normalise_pixels(images)).to(emb.weight.dtype)
+    b = len(prompts)
+    bins_t = torch.as_tensor(np.asarray(bins), dtype=torch.long)
+    targets = actions.token_of_bin(bins_t)                                        # (B, 7) ids
+    # Text + the first 6 action tokens (the 7th is only predicted), right-padded.
+    tails = [torch.cat([torch.as_tensor(p[1:], dtype=torch.long), targets[i, :ACTION_DIM - 1]])
+             for i, p in enumerate(prompts)]
+    width = max(len(t) for t in tails)
+    tail_ids = torch.zeros(b, width, dtype=torch.long)
+    for i, tail in enumerate(tails):
+        tail_ids[i, :len(tail)] = tail
+    parts = [emb(torch.full((b, 1), prompts[0][0], dtype=torch.long)), vision]
+    if net.proprio is not None:
+        p = torch.as_tensor(np.asarray(proprio, dtype=np.float32), dtype=net.proprio.weight.dtype)
+        parts.append(net.proprio(p).unsqueeze(1))
+    head = sum(part.shape[1] for part in parts)          # positions before the text
+    parts.append(emb(tail_ids))
+    hidden = net.llm.model(inputs_embeds=torch.cat(parts, dim=1)).last_hidden_state
+    prompt_len = torch.as_tensor([head + len(p) - 1 for p in prompts])          # P per sample
+    where = prompt_len[:, None] - 1 + torch.arange(ACTION_DIM)[None]              # (B, 7)
+    picked = hidden[torch.arange(b)[:, None], where]                              # (B, 7, H)
+    logits = actions.action_logits(vla.lm_head(picked)).float()                   # (B, 7, 256)
+    # Column c of the action logits is id first_id + c, i.e. bin N_BINS - 1 - c.
+    columns = N_BINS - 1 - bins_t
+    loss = F.cross_entropy(logits.reshape(-1, N_BINS), columns.reshape(-1))
+    return loss, logits.argmax(-1) == columns
+
+
+class VLATrainer:
+    """Mini-batch behaviour cloning with AdamW; its whole state is resumable."""
+
+    def __init__(self, vla: SmallVLA, cache: DemoCache, train_index: np.ndarray,
+                 config: VLATrainConfig, stats: ActionStats):
+        self.vla, self.cache, self.config = vla, cache, config
+        self.train_index = np.asarray(train_index)
+        self.codec = ActionCodec(stats)
+        self.bins = np.stack([self.codec.encode(a) for a in cache.actions])
+        self.prompts = [vla.prompt_ids(text) for text in cache.episode_instructions]
+        vla.net.train()
+        decay = [p for n, p in vla.net.named_parameters() if p.ndim >= 2]
+        no_decay = [p for n, p in vla.net.named_parameters() if p.ndim < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": config.weight_decay},
+             {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
+        self.rng = np.random.default_rng(config.seed)
+        self.step = 0
+        self.last_loss = float("nan")
+
+    def _batch(self, index: np.ndarray, augment: bool):
+        images = self.cache.images[index]
+        shift = self.config.shift_px
+        if augment and shift:
+            # Random translation with edge padding, one offset per image.
+            s = images.shape[2]
+            padded = np.pad(images, ((0, 0), (0, 0), (shift, shift), (shift, shift), (0, 0)),
+                            mode="edge")
+            offsets = self.rng.integers(0, 2 * shift + 1, size=(*images.shape[:2], 2))
+            images = np.stack([[padded[i, c, dy:dy + s, dx:dx + s]
+                                for c, (dy, dx) in enumerate(offsets[i])]
+                               for i in range(len(index))])
+        prompts = [self.prompts[e] for e in self.cache.episode[index]]
+        return images, prompts, self.bins[index], self.cache.proprio[index]
+
+    def train_step(self) -> dict:
+        """One optimiser step on a random batch; returns loss, accuracy and lr."""
+        cfg = self.config
+        index = self.rng.choice(self.train_index, size=cfg.batch_size, replace=False)
+        images, prompts, bins, proprio = self._batch(index, augment=True)
+        lr = cfg.lr * cfg.lr_factor(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.vla.net.train()
+        loss, correct = action_loss(self.vla, images, prompts, bins, proprio)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.vla.net.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.step += 1
+        self.last_loss = float(loss.detach())
+        return {"loss": self.last_loss, "acc": float(correct.float().mean()), "lr": lr}
+
+    @torch.no_grad()
+    def evaluate(self, index: np.ndarray, batch_size: int = 64) -> dict:
+        """Mean loss, per-token accuracy and whole-action accuracy on ``index`` (no augment)."""
+        self.vla.net.eval()
+        total, n, correct, exact = 0.0, 0, 0, 0
+        for start in range(0, len(index), batch_size):
+            chunk = np.asarray(index[start:start + batch_size])
+            images, prompts, bins, proprio = self._batch(chunk, augment=False)
+            loss, ok = action_loss(self.vla, images, prompts, bins, proprio)
+            total += float(loss) * len(chunk)
+            n += len(chunk)
+            correct += int(ok.sum())
+            exact += int(ok.all(dim=1).sum())
+        self.vla.net.train()
+        return {"loss": total / max(n, 1), "token_acc": correct / max(n * ACTION_DIM, 1),
+                "action_acc": exact / max(n, 1), "samples": n}
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly: weights, optimiser, step, batch RNG."""
+        return {"model": self.vla.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "step": self.step, "rng": self.rng.bit_generator.state,
+                "last_loss": self.last_loss, "config": self.config.to_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a :meth:`state_dict` (the config must be the same)."""
+        if state["config"] != self.config.to_dict():
+            changed = sorted(k for k in state["config"]
+                             if state["config"][k] != self.config.to_dict().get(k))
+            if set(changed) - {"steps"}:
+                raise ValueError(f"resume: training config differs in {changed}")
+        self.vla.net.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        self.rng.bit_generator.state = state["rng"]
+        self.last_loss = float(state["last_loss"])
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a success rate."""
+    if n == 0:
+        return (float("nan"), float("nan"))
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def closed_loop_success(vla: SmallVLA, codec: ActionCodec, suites: list[str],
+                        episodes_per_task: int, seed: int, image_size_px: int,
+                        max_steps: int | None = None,
+                        progress: Callable[[str, int], None] | None = None) -> dict:
+    """Closed-loop AR success of ``vla`` on every task of ``suites`` (held-out seeds).
+
+    Returns ``{suite: {"successes", "episodes", "success_rate", "wilson95", "tasks": {...}}}``
+    plus ``"mean_over_suites"``; ``progress(task, successes)`` is called after each task.
+    """
+    from heisd_ros.decoding.decoder import ActionDecoder
+    from heisd_ros.sim.config import SimConfig
+    from heisd_ros.sim.runner import run_episodes
+    from heisd_ros.sim.suites import list_tasks
+
+    decoder = ActionDecoder(vla, codec=codec)
+    config = SimConfig(image_width_px=image_size_px, image_height_px=image_size_px)
+    vla.net.eval()
+    results: dict = {}
+    for suite in suites:
+        tasks, total = {}, 0
+        for task in list_tasks(suite):
+            run = run_episodes(lambda obs: decoder.decode(obs).action, suite, task,
+                               episodes_per_task, seed, max_steps, config=config)
+            tasks[task] = {"successes": run.successes, "episodes": len(run.episodes),
+                           "mean_steps": float(np.mean([e.steps for e in run.episodes]))}
+            total += run.successes
+            if progress is not None:
+                progress(f"{suite}/{task}", run.successes)
+        n = episodes_per_task * len(tasks)
+        results[suite] = {"successes": total, "episodes": n, "success_rate": total / n,
+                          "wilson95": wilson_interval(total, n), "tasks": tasks}
+    results["mean_over_suites"] = float(np.mean([results[s]["success_rate"] for s in suites]))
+    return results

@@ -1,0 +1,252 @@
+r"""heisd-train-vla: behaviour-clone the small VLA on the simulator's npz demonstrations.
+
+Teacher forcing of the 7 action tokens, cross-entropy over the 256 action logits (see
+``heisd_ros.models.vla_training``), AdamW with warmup + cosine decay, seed-fixed and
+resumable; then a closed-loop AR evaluation on held-out seeds of every suite.
+
+Examples:
+    heisd-collect --suites piper_spatial piper_object piper_goal piper_long --episodes 25 \
+        --seed 1000 --out /work/data/demos_128 --format npz --image-size 128
+    heisd-train-vla --demos /work/data/demos_128 --out /work/runs/vla --steps 3000 --threads 2
+    heisd-train-vla --demos /work/data/demos_128 --out /work/runs/vla --steps 3000 --resume
+    # only (re-)evaluate OUT/small_vla.safetensors closed loop and update the card
+    heisd-train-vla --demos /work/data/demos_128 --out /work/runs/vla --eval-only \
+        --eval-episodes 5
+
+Writes ``OUT/small_vla.safetensors`` (fp16, with the action statistics in its metadata;
+also refreshed at every validation), ``OUT/card.json`` and ``OUT/train_state.pt``. The
+resized images are cached in ``OUT/demo_cache_<S>.npz`` (or ``--cache``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from heisd_ros.tools._common import set_threads
+
+DEFAULT_SUITES = ("piper_spatial", "piper_object", "piper_goal", "piper_long")
+
+
+def load_or_build_cache(demos, cache_path: Path, image_size_px: int, show_progress: bool):
+    """The demo cache at ``cache_path``, built from ``demos`` if missing or for another size."""
+    from tqdm import tqdm
+
+    from heisd_ros.data.npz_episodes import iter_episode_paths
+    from heisd_ros.models.vla_training import DemoCache, build_demo_cache
+
+    if cache_path.is_file():
+        cache = DemoCache.load(cache_path)
+        if cache.image_size_px == image_size_px and cache.source == str(demos):
+            return cache
+    with tqdm(total=len(iter_episode_paths(demos)), desc="cache", unit="episode",
+              disable=not show_progress) as bar:
+        cache = build_demo_cache(demos, image_size_px, progress=bar.update)
+    cache.save(cache_path)
+    return cache
+
+
+def save_model(vla, path: Path, stats) -> None:
+    """fp16 safetensors with the action statistics in the metadata (``action_stats``)."""
+    from heisd_ros.models.checkpoint import save_small_vla
+
+    save_small_vla(vla, path, dtype="float16", extra={"action_stats": stats.to_json()})
+
+
+def merge_closed_loop(out: Path, run: dict, suites: list[str]) -> dict:
+    """Store one evaluation run per suite in ``OUT/closed_loop/`` and merge all into the card.
+
+    Suites may be evaluated by separate (parallel) invocations; the card's ``closed_loop_ar``
+    holds the latest run of every suite and the mean over the suites present.
+    """
+    folder = out / "closed_loop"
+    folder.mkdir(exist_ok=True)
+    settings = {k: v for k, v in run.items() if k not in suites and k != "mean_over_suites"}
+    for suite in suites:
+        (folder / f"{suite}.json").write_text(
+            json.dumps({**settings, **run[suite]}, indent=2) + "\n")
+    merged = {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+    card_path = out / "card.json"
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    card["closed_loop_ar"] = {
+        **merged, "mean_over_suites": sum(v["success_rate"] for v in merged.values())
+        / len(merged)}
+    card_path.write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
+def train(args) -> dict:
+    """Run training (and the closed-loop evaluation) as the command line asks; returns the card."""
+    import numpy as np
+    import torch
+    from tqdm import tqdm
+
+    from heisd_ros.actions.normalization import ActionStats
+    from heisd_ros.models.checkpoint import load_small_vla
+    from heisd_ros.models.small_vla import SmallVLA
+    from heisd_ros.models.small_vla_config import SmallVLAConfig
+    from heisd_ros.models.vla_training import (
+        VLATrainConfig,
+        VLATrainer,
+        closed_loop_success,
+        split_episodes,
+    )
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    state_path, model_path, card_path = (out / "train_state.pt", out / "small_vla.safetensors",
+                                         out / "card.json")
+    model_config = SmallVLAConfig(
+        num_layers=args.layers, hidden_size=args.hidden, intermediate_size=args.intermediate,
+        num_heads=args.heads, vision_dim=args.vision_dim,
+        proprio_dim=7 if args.proprio else 0)
+    card = json.loads(card_path.read_text()) if card_path.is_file() else {}
+    command = "heisd-train-vla " + " ".join(shlex.quote(a) for a in args.argv)
+    card.setdefault("commands", []).append(command)
+    card_path.write_text(json.dumps(card, indent=2) + "\n")
+
+    if not args.eval_only:
+        if args.resume and not state_path.is_file():
+            raise FileNotFoundError(f"--resume: no checkpoint at {state_path}")
+        cache_path = Path(args.cache) if args.cache else out / \
+            f"demo_cache_{model_config.image_size_px}.npz"
+        cache = load_or_build_cache(args.demos, cache_path, model_config.image_size_px,
+                                    not args.quiet)
+        train_index, val_index = split_episodes(cache, args.heldout_per_task)
+        train_episodes = sorted(set(cache.episode[train_index].tolist()))
+        stats = ActionStats.from_actions(cache.actions[train_index])
+        config = VLATrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
+                                warmup_steps=args.warmup, shift_px=args.shift_px, seed=args.seed)
+        with torch.random.fork_rng():
+            torch.manual_seed(args.seed)
+            vla = SmallVLA.random(model_config, seed=args.seed)
+        # Training uses PyTorch's fused attention; the checkpoint keeps the config's
+        # (mask-capable) implementation for the decoders.
+        vla.net.llm.set_attn_implementation("sdpa")
+        trainer = VLATrainer(vla, cache, train_index, config, stats)
+        if args.resume:
+            trainer.load_state_dict(torch.load(state_path, weights_only=False))
+        rng = np.random.default_rng(args.seed + 1)
+        val_subset = np.sort(rng.choice(val_index, size=min(args.val_samples, len(val_index)),
+                                        replace=False))
+        history = card.get("validation", []) if args.resume else []
+        started = time.perf_counter()
+        with tqdm(total=config.steps, initial=trainer.step, desc="train", unit="step",
+                  disable=args.quiet) as bar:
+            while trainer.step < config.steps:
+                metrics = trainer.train_step()
+                bar.update(1)
+                bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['acc']:.2f}",
+                                lr=f"{metrics['lr']:.1e}")
+                last = trainer.step == config.steps
+                if trainer.step % args.val_every == 0 or last:
+                    val = trainer.evaluate(val_subset)
+                    history.append({"step": trainer.step, "train_loss": metrics["loss"], **val})
+                    tqdm.write(json.dumps(history[-1]))
+                    save_model(vla, model_path, stats)
+                    # The card so far, so an interrupted run keeps its commands and history.
+                    card["validation"] = history
+                    card_path.write_text(json.dumps(card, indent=2) + "\n")
+                if trainer.step % args.checkpoint_every == 0 or last:
+                    torch.save(trainer.state_dict(), state_path)
+        if not history or history[-1]["step"] != trainer.step:
+            # e.g. a run resumed with --steps equal to the steps already done.
+            history.append({"step": trainer.step, "train_loss": trainer.last_loss,
+                            **trainer.evaluate(val_subset)})
+        card.update({
+            "model": json.loads(model_config.to_json()),
+            "parameters": sum(p.numel() for p in vla.net.parameters()),
+            "data": {"demos": str(args.demos), "episodes": len(cache.episode_names),
+                     "steps": int(len(cache.actions)), "train_episodes": len(train_episodes),
+                     "train_steps": int(len(train_index)),
+                     "validation_episodes": len(cache.episode_names) - len(train_episodes),
+                     "validation_steps": int(len(val_index)),
+                     "heldout": f"last {args.heldout_per_task} seed(s) of every task"},
+            "training": {**config.to_dict(), "steps_done": trainer.step,
+                         "threads": args.threads,
+                         "wall_time_s_this_run": round(time.perf_counter() - started, 1)},
+            "action_stats": json.loads(stats.to_json()),
+            "validation": history,
+            "final_validation": history[-1] if history else None})
+        save_model(vla, model_path, stats)
+        card_path.write_text(json.dumps(card, indent=2) + "\n")
+
+    if args.eval_episodes > 0:
+        vla = load_small_vla(model_path)
+        started = time.perf_counter()
+        with tqdm(desc="closed loop", unit="task", disable=args.quiet) as bar:
+            results = closed_loop_success(
+                vla, vla.codec, args.suites, args.eval_episodes, args.eval_seed,
+                args.eval_image_size, args.eval_max_steps,
+                progress=lambda task, k: (bar.update(1), bar.set_postfix(task=task, ok=k)))
+        run = {"seed": args.eval_seed, "episodes_per_task": args.eval_episodes,
+               "image_size_px": args.eval_image_size,
+               "max_steps": args.eval_max_steps or "task default",
+               "wall_time_s": round(time.perf_counter() - started, 1), **results}
+        card = merge_closed_loop(out, run, args.suites)
+    return card
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Command line of ``heisd-train-vla``."""
+    from heisd_ros.models.small_vla_config import SmallVLAConfig
+
+    d = SmallVLAConfig()
+    parser = argparse.ArgumentParser(prog="heisd-train-vla", description=__doc__.split("\n")[0])
+    parser.add_argument("--demos", required=True, help="npz demonstrations (heisd-collect)")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--cache", default=None, help="resized-image cache (.npz)")
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--warmup", type=int, default=100, help="warmup steps")
+    parser.add_argument("--shift-px", type=int, default=2, help="random image shift (augment)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers", type=int, default=d.num_layers)
+    parser.add_argument("--hidden", type=int, default=d.hidden_size)
+    parser.add_argument("--intermediate", type=int, default=d.intermediate_size)
+    parser.add_argument("--heads", type=int, default=d.num_heads)
+    parser.add_argument("--vision-dim", type=int, default=d.vision_dim)
+    parser.add_argument("--proprio", action="store_true", help="feed the proprio token")
+    parser.add_argument("--heldout-per-task", type=int, default=1,
+                        help="validation episodes per task (the last seeds)")
+    parser.add_argument("--val-every", type=int, default=250)
+    parser.add_argument("--val-samples", type=int, default=512)
+    parser.add_argument("--checkpoint-every", type=int, default=50)
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt")
+    parser.add_argument("--eval-only", action="store_true",
+                        help="skip training; evaluate OUT/small_vla.safetensors")
+    parser.add_argument("--eval-episodes", type=int, default=5,
+                        help="closed-loop episodes per task (0 = skip)")
+    parser.add_argument("--eval-seed", type=int, default=5000,
+                        help="first closed-loop seed (keep it outside the demos' seeds)")
+    parser.add_argument("--eval-image-size", type=int, default=128,
+                        help="simulator camera size (the demos' size)")
+    parser.add_argument("--eval-max-steps", type=int, default=None)
+    parser.add_argument("--suites", nargs="+", default=list(DEFAULT_SUITES))
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    return args
+
+
+def main(argv=None) -> int:
+    """Entry point of ``heisd-train-vla``."""
+    args = parse_args(argv)
+    set_threads(args.threads)
+    card = train(args)
+    print(json.dumps({"out": args.out, "final_validation": card.get("final_validation"),
+                      "closed_loop_ar": {k: v if k == "mean_over_suites" else
+                                         v.get("success_rate") if isinstance(v, dict) else v
+                                         for k, v in card.get("closed_loop_ar", {}).items()}},
+                     indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""The shipped small VLA and its draft head load, carry their statistics and decode."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from heisd_ros.actions.normalization import ActionCodec
+from heisd_ros.data.observation import Observation
+from heisd_ros.decoding.decoder import ActionDecoder
+from heisd_ros.decoding.drafter_source import DrafterSource
+from heisd_ros.models.checkpoint import load_draft_head, load_small_vla
+from heisd_ros.tools._common import DEFAULT_TARGET_PATH
+
+ASSETS = DEFAULT_TARGET_PATH.parent
+
+
+def observation() -> Observation:
+    rng = np.random.default_rng(0)
+    return Observation(image_primary=rng.integers(0, 255, (128, 128, 3), dtype=np.uint8),
+                       image_wrist=rng.integers(0, 255, (128, 128, 3), dtype=np.uint8),
+                       instruction="put the red block on the plate",
+                       proprio=np.zeros(7, np.float32))
+
+
+def test_shipped_small_vla_decodes_with_its_own_statistics():
+    vla = load_small_vla(DEFAULT_TARGET_PATH)
+    assert vla.action_stats is not None, "the shipped checkpoint must carry action_stats"
+    codec = vla.codec
+    result = ActionDecoder(vla, codec=codec).decode(observation())
+    assert result.bins.shape == (7,) and ((0 <= result.bins) & (result.bins < 256)).all()
+    np.testing.assert_allclose(result.action, ActionCodec(vla.action_stats).decode(result.bins))
+    assert np.all(np.isfinite(result.action)) and result.action[-1] in (0.0, 1.0)
+
+
+def test_shipped_draft_head_matches_the_shipped_target():
+    vla = load_small_vla(DEFAULT_TARGET_PATH)
+    head = load_draft_head(ASSETS / "draft_head.safetensors", vla)
+    obs = observation()
+    ar = ActionDecoder(vla).decode(obs)
+    sd = ActionDecoder(vla, DrafterSource(head, vla)).decode(obs)
+    np.testing.assert_array_equal(ar.tokens, sd.tokens)   # exact acceptance is lossless
+
+
+def test_card_reports_what_was_measured():
+    card = json.loads((ASSETS / "small_vla_card.json").read_text())
+    assert card["commands"] and card["final_validation"]["token_acc"] > 0
+    closed = card["closed_loop_ar"]
+    assert 0 <= closed["mean_over_suites"] <= 1
+    assert (ASSETS / "small_vla.safetensors").stat().st_size < 50e6
