@@ -14,7 +14,7 @@ from heisd_ros.data.npz_episodes import episode_path, save_episode
 from heisd_ros.models.checkpoint import save_draft_head
 from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
 from heisd_ros.retrieval.embedding import model_fingerprint
-from heisd_ros.tools import bench, build_db
+from heisd_ros.tools import bench, build_db, train_drafter
 from heisd_ros.tools._common import load_target
 from test.openvla_fixtures import TINY_VISION, write_tiny_openvla
 from test.test_build_db import synth_episode
@@ -86,3 +86,14 @@ def test_ambiguous_statistics_through_the_tool_are_a_clear_error(checkpoint, tmp
     assert code == 2
     err = capsys.readouterr().err
     assert "unnorm_key" in err and KEY in err
+
+
+def test_train_drafter_on_openvla(checkpoint, tmp_path):
+    args = train_drafter.parse_args(["--out", str(tmp_path / "dr"), "--model", "openvla",
+                                     "--checkpoint", str(checkpoint), "--unnorm-key", KEY,
+                                     "--observations", "4", "--heldout", "2", "--steps", "3",
+                                     "--batch-size", "2"])
+    args.openvla_options = OPTIONS
+    card = train_drafter.run(args)
+    assert card["steps"] == 3 and "OpenVLA" in card["target"]
+    assert (tmp_path / "dr" / "draft_head.safetensors").is_file()

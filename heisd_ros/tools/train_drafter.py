@@ -23,7 +23,7 @@ import argparse
 import json
 from pathlib import Path
 
-from heisd_ros.tools._common import load_target, set_threads
+from heisd_ros.tools._common import add_model_arguments, load_target_from_args, set_threads
 
 
 def train(target, target_description: str, observations, heldout, out_dir, config,
@@ -106,6 +106,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped "
                         "weights if present, else a seeded random init)")
+    add_model_arguments(parser)
     parser.add_argument("--observations", type=int, default=256, help="training observations")
     parser.add_argument("--demos", default=None, help="npz demonstrations to draw observations "
                         "from (default: synthetic scenes)")
@@ -120,16 +121,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> int:
-    """Entry point of ``heisd-train-drafter``."""
-    args = parse_args(argv)
-    set_threads(args.threads)
+def run(args) -> dict:
+    """Train the draft head as ``args`` say; returns the card."""
     from heisd_ros.models.draft_training import DrafterTrainConfig
     from heisd_ros.models.synthetic_scenes import SyntheticScenes
 
     config = DrafterTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                                 seed=args.seed)
-    target, description = load_target(args.target, args.seed)
+    target, description = load_target_from_args(args)
     if args.demos:
         data = demo_observations(args.demos, args.observations, False, args.seed)
         heldout = demo_observations(args.demos, args.heldout, True, args.seed + 1)
@@ -139,8 +138,15 @@ def main(argv=None) -> int:
         data = SyntheticScenes(args.observations, seed=args.seed)
         heldout = SyntheticScenes(args.heldout, seed=args.seed + 1_000_003)
         described = data.describe()
-    card = train(target, description, data, heldout, args.out, config, args.checkpoint_every,
+    return train(target, description, data, heldout, args.out, config, args.checkpoint_every,
                  args.resume, described)
+
+
+def main(argv=None) -> int:
+    """Entry point of ``heisd-train-drafter``."""
+    args = parse_args(argv)
+    set_threads(args.threads)
+    card = run(args)
     print(json.dumps({"out": args.out, "steps": card["steps"], "final_loss": card["final_loss"],
                       "heldout": card["heldout"]}, indent=2))
     return 0
