@@ -23,6 +23,21 @@ def add_model_arguments(parser) -> None:
                         help="OpenVLA: dataset statistics to un-normalise with")
 
 
+def add_decoder_arguments(parser) -> None:
+    """The options every tool that builds decoders by method name shares (eval, record, replay).
+
+    ``--target``, ``--drafter``, ``--db``, ``--router-stats``, ``--calibration``: see
+    ``heisd_ros.eval.methods``.
+    """
+    parser.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped)")
+    parser.add_argument("--drafter", default=None, help="draft head safetensors")
+    parser.add_argument("--db", default=None,
+                        help="embedded retrieval DB directory from heisd-build-db (hybrid methods)")
+    parser.add_argument("--router-stats", default=None,
+                        help="router statistics JSON (default: <db>/router_stats_<suite>.json)")
+    parser.add_argument("--calibration", default=None, help="verify-skip calibration JSON")
+
+
 def load_target(path: str | None, seed: int = 0, model: str = "small",
                 checkpoint: str | None = None, unnorm_key: str | None = None,
                 openvla_options: dict | None = None):

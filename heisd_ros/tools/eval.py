@@ -24,6 +24,7 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     from heisd_ros.eval.methods import METHODS
+    from heisd_ros.tools._common import add_decoder_arguments
 
     p = argparse.ArgumentParser(prog="heisd-eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,13 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     p.add_argument("--max-steps", type=int, default=None, help="default: each task's limit")
     p.add_argument("--image-size", type=int, default=224, help="camera width = height, px")
-    p.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped)")
-    p.add_argument("--drafter", default=None, help="draft head safetensors")
-    p.add_argument("--db", default=None,
-                   help="embedded retrieval DB directory from heisd-build-db (hybrid methods)")
-    p.add_argument("--router-stats", default=None,
-                   help="router statistics JSON (default: <db>/router_stats_<suite>.json)")
-    p.add_argument("--calibration", default=None, help="verify-skip calibration JSON")
+    add_decoder_arguments(p)
     p.add_argument("--drafter-ms", type=float, default=1.0,
                    help="assumed draft-head forward cost on the projected GPU, ms")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")

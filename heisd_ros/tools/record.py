@@ -24,6 +24,7 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     from heisd_ros.eval.methods import METHODS
+    from heisd_ros.tools._common import add_decoder_arguments
 
     p = argparse.ArgumentParser(prog="heisd-record", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -36,13 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
     p.add_argument("--out", default="bags", help="output root")
     p.add_argument("--image-size", type=int, default=224, help="camera width = height, px")
-    p.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped)")
-    p.add_argument("--drafter", default=None, help="draft head safetensors")
-    p.add_argument("--db", default=None,
-                   help="embedded retrieval DB directory from heisd-build-db (hybrid methods)")
-    p.add_argument("--router-stats", default=None,
-                   help="router statistics JSON (default: <db>/router_stats_<suite>.json)")
-    p.add_argument("--calibration", default=None, help="verify-skip calibration JSON")
+    add_decoder_arguments(p)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return p
 

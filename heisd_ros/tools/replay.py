@@ -27,6 +27,7 @@ from heisd_ros.eval.bag_frames import BagTopics
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     from heisd_ros.eval.methods import METHODS
+    from heisd_ros.tools._common import add_decoder_arguments
 
     defaults = BagTopics()
     p = argparse.ArgumentParser(prog="heisd-replay", description=__doc__,
@@ -45,13 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames")
     p.add_argument("--max-skew-s", type=float, default=0.05,
                    help="largest stamp difference of paired camera frames, s")
-    p.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped)")
-    p.add_argument("--drafter", default=None, help="draft head safetensors")
-    p.add_argument("--db", default=None,
-                   help="embedded retrieval DB directory from heisd-build-db (hybrid methods)")
-    p.add_argument("--router-stats", default=None,
-                   help="router statistics JSON (default: <db>/router_stats_<suite>.json)")
-    p.add_argument("--calibration", default=None, help="verify-skip calibration JSON")
+    add_decoder_arguments(p)
     p.add_argument("--drafter-ms", type=float, default=1.0,
                    help="assumed draft-head forward cost on the projected GPU, ms")
     p.add_argument("--seed", type=int, default=0)
