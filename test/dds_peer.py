@@ -15,8 +15,13 @@ from heisd_ros.msg import EECommand, EpisodeStatus, HybridStep, RetrievalCandida
 from heisd_ros.srv import Retrieve, SetInstruction
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 MSG_TYPES = (EECommand, EpisodeStatus, HybridStep, RetrievalCandidate)
+# Reliable + transient local: a reader matched a moment after the writer still gets the
+# history, so discovery finishing on one side before the other loses no message.
+QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
+                 durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 class EchoPeer(Node):
@@ -27,9 +32,9 @@ class EchoPeer(Node):
         self._keep = []
         for msg_type in MSG_TYPES:
             topic = f"/heisd_test/{msg_type.__name__}"
-            pub = self.create_publisher(msg_type, topic + "_echo", 10)
+            pub = self.create_publisher(msg_type, topic + "_echo", QOS)
             self._keep.append(pub)
-            self._keep.append(self.create_subscription(msg_type, topic, pub.publish, 10))
+            self._keep.append(self.create_subscription(msg_type, topic, pub.publish, QOS))
         self.create_service(Retrieve, "/heisd_test/retrieve", self._retrieve)
         self.create_service(SetInstruction, "/heisd_test/set_instruction", self._set_instruction)
 

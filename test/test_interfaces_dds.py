@@ -17,6 +17,7 @@ rclpy, hmsg, hsrv = require_ros()
 
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 
+from test.dds_peer import QOS  # noqa: E402
 from test.ros_msg_utils import fill_random  # noqa: E402
 
 MSG_TYPES = (hmsg.EECommand, hmsg.EpisodeStatus, hmsg.HybridStep, hmsg.RetrievalCandidate)
@@ -62,8 +63,8 @@ def test_message_round_trip_is_exact(ros, msg_type):
     node, executor = ros
     topic = f"/heisd_test/{msg_type.__name__}"
     received = []
-    pub = node.create_publisher(msg_type, topic, 10)
-    sub = node.create_subscription(msg_type, topic + "_echo", received.append, 10)
+    pub = node.create_publisher(msg_type, topic, QOS)
+    sub = node.create_subscription(msg_type, topic + "_echo", received.append, QOS)
     _spin_until(executor, lambda: pub.get_subscription_count() > 0
                 and sub.get_publisher_count() > 0, f"discovery on {topic}")
     rng = np.random.default_rng(len(msg_type.__name__))
