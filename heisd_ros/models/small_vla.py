@@ -31,9 +31,33 @@ class SmallVLANet(nn.Module):
 
         self.config = config
         self.vision = TwoCameraEncoder(config)
-        self.proprio = (nn.Linear(config.proprio_dim, config.hidden_size)
-                        if config.proprio_dim else None)
+        self.proprio = ProprioEncoder(config) if config.proprio_dim else None
         self.llm = LlamaForCausalLM(config.llama_config())
+
+
+class ProprioEncoder(nn.Module):
+    """Proprioception vector -> one token in the LLM's embedding space (a two-layer MLP).
+
+    With ``proprio_features="pose"`` the vector is read in the ``make_proprio`` layout and
+    featurised as (5 x position m, sin and cos of roll/pitch/yaw, 20 x gripper width m), so
+    that angles near +-pi (a gripper pointing down) are continuous and all inputs are O(1).
+    """
+
+    def __init__(self, config: SmallVLAConfig):
+        super().__init__()
+        self.pose = config.proprio_features == "pose"
+        width = 10 if self.pose else config.proprio_dim
+        self.mlp = nn.Sequential(nn.Linear(width, config.hidden_size), nn.GELU(),
+                                 nn.Linear(config.hidden_size, config.hidden_size))
+
+    def forward(self, proprio: torch.Tensor) -> torch.Tensor:
+        """(..., proprio_dim) -> (..., hidden_size)."""
+        x = proprio.to(self.mlp[0].weight.dtype)
+        if self.pose:
+            angles = x[..., 3:6]
+            x = torch.cat([5.0 * x[..., :3], torch.sin(angles), torch.cos(angles),
+                           20.0 * x[..., 6:7]], dim=-1)
+        return self.mlp(x)
 
 
 class SmallVLA(TargetVLA):
@@ -92,12 +116,11 @@ class SmallVLA(TargetVLA):
     def _proprio(self, observation: Observation) -> torch.Tensor:
         dim = self.config.proprio_dim
         if observation.proprio is None:
-            return torch.zeros(dim, device=self.device, dtype=self.net.proprio.weight.dtype)
+            return torch.zeros(dim, device=self.device)
         if observation.proprio.shape != (dim,):
             raise ValueError(f"proprio: the model expects {dim} values, got "
                              f"{observation.proprio.shape[0]}")
-        return torch.as_tensor(observation.proprio, device=self.device,
-                               dtype=self.net.proprio.weight.dtype)
+        return torch.as_tensor(observation.proprio, device=self.device, dtype=torch.float32)
 
     def to(self, device=None, dtype=None) -> SmallVLA:
         """Move/cast all weights; returns self."""

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, fields
 from heisd_ros.models.target import MASK_CAPABLE_ATTENTION
 from heisd_ros.models.vocab import ByteVocab
 
+PROPRIO_FEATURES = ("raw", "pose")
+POSE_PROPRIO_DIM = 7
 _POSITIVE_INTS = ("image_size_px", "patch_size_px", "vision_dim", "vision_heads",
                   "hidden_size", "num_layers", "num_heads", "intermediate_size",
                   "max_instruction_bytes", "max_position_embeddings")
@@ -28,6 +30,13 @@ class SmallVLAConfig:
         hidden_size, num_layers, num_heads, intermediate_size: the Llama decoder.
         vocab_base, model_vocab_size: byte-vocabulary layout (see ``vocab.py``).
         proprio_dim: length of the proprioception vector fed as one token; 0 = none.
+        proprio_features: "raw" feeds the vector through an MLP as is; "pose" expects the
+            ``make_proprio`` layout (x, y, z m; roll, pitch, yaw rad; gripper width m) and
+            feeds sin/cos of the angles, so that a yaw wrapping at +-pi is continuous.
+        stem_channels: 0 = a linear patch embedding (ViT style); > 0 = a coordinate-aware
+            convolutional stem of this width (three stride-2 convolutions, then a
+            patch_size_px / 8 strided projection), which localises small objects far better
+            at low resolution. patch_size_px must then be a multiple of 8.
         max_instruction_bytes: longer instructions are cut (UTF-8 bytes).
         max_position_embeddings: upper bound on prompt + action length.
         attn_implementation: "eager" or "sdpa" (must honour a 4D tree mask).
@@ -45,6 +54,8 @@ class SmallVLAConfig:
     vocab_base: int = 515
     model_vocab_size: int = 576
     proprio_dim: int = 0
+    proprio_features: str = "raw"
+    stem_channels: int = 0
     max_instruction_bytes: int = 48
     max_position_embeddings: int = 256
     attn_implementation: str = "eager"
@@ -58,6 +69,17 @@ class SmallVLAConfig:
             raise ValueError(f"vision_layers: expected >= 0, got {self.vision_layers}")
         if self.proprio_dim < 0:
             raise ValueError(f"proprio_dim: expected >= 0, got {self.proprio_dim}")
+        if self.proprio_features not in PROPRIO_FEATURES:
+            raise ValueError(f"proprio_features: expected one of {PROPRIO_FEATURES}, got "
+                             f"{self.proprio_features!r}")
+        if self.proprio_features == "pose" and self.proprio_dim not in (0, POSE_PROPRIO_DIM):
+            raise ValueError(f"proprio_features: 'pose' needs proprio_dim {POSE_PROPRIO_DIM} "
+                             f"(x, y, z, roll, pitch, yaw, gripper), got {self.proprio_dim}")
+        if not isinstance(self.stem_channels, int) or self.stem_channels < 0:
+            raise ValueError(f"stem_channels: expected an int >= 0, got {self.stem_channels!r}")
+        if self.stem_channels and self.patch_size_px % 8:
+            raise ValueError(f"patch_size_px: the convolutional stem needs a multiple of 8, "
+                             f"got {self.patch_size_px}")
         if self.image_size_px % self.patch_size_px:
             raise ValueError(f"patch_size_px: {self.patch_size_px} does not divide "
                              f"image_size_px {self.image_size_px}")

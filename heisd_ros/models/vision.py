@@ -1,10 +1,12 @@
 """The small VLA's vision encoder: two cameras, patchified at low resolution.
 
 Each camera image is resized to ``image_size_px`` squared, cut into patches by a strided
-convolution, given a learned position and camera embedding and passed through a few
-transformer blocks; both cameras run as one batch. The patch tokens go through an MLP
-projector into the language model's embedding space (as OpenVLA's Prismatic projector does);
-the mean patch feature of each camera is the pooled feature the retrieval DB embeds.
+convolution (or, with ``stem_channels``, by a small coordinate-aware convolutional stem in
+the spirit of CoordConv, Liu et al. 2018), given a learned position and camera embedding
+and passed through a few transformer blocks; both cameras run as one batch. The patch
+tokens go through an MLP projector into the language model's embedding space (as
+OpenVLA's Prismatic projector does); the mean patch feature of each camera is the pooled
+feature the retrieval DB embeds.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ class TwoCameraEncoder(nn.Module):
         super().__init__()
         self.config = config
         d = config.vision_dim
-        self.patch_embed = nn.Conv2d(3, d, kernel_size=config.patch_size_px,
-                                     stride=config.patch_size_px)
+        if config.stem_channels:
+            self.patch_embed = ConvStem(config.stem_channels, d, config.patch_size_px)
+        else:
+            self.patch_embed = nn.Conv2d(3, d, kernel_size=config.patch_size_px,
+                                         stride=config.patch_size_px)
         self.position = nn.Parameter(torch.zeros(1, config.patches_per_camera, d))
         self.camera = nn.Parameter(torch.zeros(N_CAMERAS, 1, d))
         self.blocks = nn.ModuleList(
@@ -56,13 +61,48 @@ class TwoCameraEncoder(nn.Module):
             batch.append(x)
         return (torch.cat(batch) - _PIXEL_MEAN) / _PIXEL_STD
 
-    def forward(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(2, 3, S, S) pixels (primary, wrist) -> tokens (1, 2 * patches, H), pooled (2, D)."""
-        x = self.patch_embed(pixels.to(self.position.dtype)).flatten(2).transpose(1, 2)
-        x = x + self.position + self.camera
+    def features(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(B, 2, 3, S, S) pixels -> (B * 2, patches, D) normalised patch features."""
+        b, n_cam = pixels.shape[:2]
+        x = self.patch_embed(pixels.flatten(0, 1).to(self.position.dtype))
+        x = x.flatten(2).transpose(1, 2)                                      # (B*2, P, D)
+        x = (x.reshape(b, n_cam, *x.shape[1:]) + self.position + self.camera).flatten(0, 1)
         for block in self.blocks:
             x = block(x)
-        x = self.norm(x)
+        return self.norm(x)
+
+    def forward(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(2, 3, S, S) pixels (primary, wrist) -> tokens (1, 2 * patches, H), pooled (2, D)."""
+        x = self.features(pixels[None])
         pooled = x.mean(dim=1)
         tokens = self.projector(x).reshape(1, -1, self.config.hidden_size)
         return tokens, pooled
+
+
+class ConvStem(nn.Module):
+    """(n, 3, S, S) pixels -> (n, D, S / p, S / p) features, p = ``patch_px``.
+
+    Two coordinate channels (x, y in [-1, 1]) are appended to the pixels, so that the
+    filters can encode where in the image a feature is; three stride-2 3x3/5x5 convolutions
+    with GroupNorm and GELU follow, then a (p / 8)-strided projection to D channels.
+    """
+
+    def __init__(self, channels: int, out_dim: int, patch_px: int):
+        super().__init__()
+        c = channels
+        groups = max(1, min(8, c // 4))
+        self.layers = nn.Sequential(
+            nn.Conv2d(5, c, 5, stride=2, padding=2), nn.GroupNorm(groups, c), nn.GELU(),
+            nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.GroupNorm(groups, 2 * c), nn.GELU(),
+            nn.Conv2d(2 * c, 2 * c, 3, stride=2, padding=1), nn.GroupNorm(groups, 2 * c),
+            nn.GELU(),
+            nn.Conv2d(2 * c, out_dim, kernel_size=patch_px // 8, stride=patch_px // 8))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        """Append the coordinate channels and run the stem."""
+        n, _, h, w = pixels.shape
+        ys = torch.linspace(-1.0, 1.0, h, device=pixels.device, dtype=pixels.dtype)
+        xs = torch.linspace(-1.0, 1.0, w, device=pixels.device, dtype=pixels.dtype)
+        grid_y, grid_x = torch.meshgrid(ys, xs, indexing="ij")
+        coords = torch.stack([grid_x, grid_y]).expand(n, 2, h, w)
+        return self.layers(torch.cat([pixels, coords], dim=1))

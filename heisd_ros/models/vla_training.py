@@ -202,13 +202,8 @@ def encode_images(vla: SmallVLA, pixels: torch.Tensor) -> torch.Tensor:
     The batched twin of ``TwoCameraEncoder.forward`` (same modules, same order).
     """
     vision = vla.net.vision
-    b, n_cam = pixels.shape[:2]
-    x = vision.patch_embed(pixels.flatten(0, 1)).flatten(2).transpose(1, 2)   # (B*2, P, D)
-    x = x.reshape(b, n_cam, *x.shape[1:]) + vision.position + vision.camera      # (B, 2, P, D)
-    x = x.flatten(0, 1)
-    for block in vision.blocks:
-        x = block(x)
-    return vision.projector(vision.norm(x)).reshape(b, -1, vla.config.hidden_size)
+    return vision.projector(vision.features(pixels)).reshape(pixels.shape[0], -1,
+                                                             vla.config.hidden_size)
 
 
 def normalise_pixels(images: np.ndarray) -> torch.Tensor:
@@ -219,7 +214,7 @@ def normalise_pixels(images: np.ndarray) -> torch.Tensor:
 
 def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bins: np.ndarray,
                 proprio: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean cross-entropy, (B, 7) bool correct argmax) of teacher-forced action tokens.
+    """(mean cross-entropy, (B, 7) predicted bins) of teacher-forced action tokens.
 
     Args:
         vla: the model (its ``net`` is run with autograd).
@@ -243,7 +238,7 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
         tail_ids[i, :len(tail)] = tail
     parts = [emb(torch.full((b, 1), prompts[0][0], dtype=torch.long)), vision]
     if net.proprio is not None:
-        p = torch.as_tensor(np.asarray(proprio, dtype=np.float32), dtype=net.proprio.weight.dtype)
+        p = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
         parts.append(net.proprio(p).unsqueeze(1))
     head = sum(part.shape[1] for part in parts)          # positions before the text
     parts.append(emb(tail_ids))
@@ -255,7 +250,7 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
     # Column c of the action logits is id first_id + c, i.e. bin N_BINS - 1 - c.
     columns = N_BINS - 1 - bins_t
     loss = F.cross_entropy(logits.reshape(-1, N_BINS), columns.reshape(-1))
-    return loss, logits.argmax(-1) == columns
+    return loss, N_BINS - 1 - logits.argmax(-1)
 
 
 class VLATrainer:
@@ -302,7 +297,8 @@ class VLATrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.vla.net.train()
-        loss, correct = action_loss(self.vla, images, prompts, bins, proprio)
+        loss, predicted = action_loss(self.vla, images, prompts, bins, proprio)
+        correct = predicted == torch.as_tensor(bins)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.vla.net.parameters(), cfg.grad_clip)
@@ -313,20 +309,29 @@ class VLATrainer:
 
     @torch.no_grad()
     def evaluate(self, index: np.ndarray, batch_size: int = 64) -> dict:
-        """Mean loss, per-token accuracy and whole-action accuracy on ``index`` (no augment)."""
+        """Loss and accuracy on ``index`` (no augment).
+
+        Returns mean loss, per-token accuracy, whole-action accuracy and the mean absolute
+        bin error per action dimension (``bin_error``, 7 values; the gripper's is the rate
+        of wrong gripper tokens times its bin distance).
+        """
         self.vla.net.eval()
         total, n, correct, exact = 0.0, 0, 0, 0
+        bin_error = np.zeros(ACTION_DIM)
         for start in range(0, len(index), batch_size):
             chunk = np.asarray(index[start:start + batch_size])
             images, prompts, bins, proprio = self._batch(chunk, augment=False)
-            loss, ok = action_loss(self.vla, images, prompts, bins, proprio)
+            loss, predicted = action_loss(self.vla, images, prompts, bins, proprio)
+            ok = predicted == torch.as_tensor(bins)
             total += float(loss) * len(chunk)
             n += len(chunk)
             correct += int(ok.sum())
             exact += int(ok.all(dim=1).sum())
+            bin_error += np.abs(predicted.numpy() - np.asarray(bins)).sum(axis=0)
         self.vla.net.train()
         return {"loss": total / max(n, 1), "token_acc": correct / max(n * ACTION_DIM, 1),
-                "action_acc": exact / max(n, 1), "samples": n}
+                "action_acc": exact / max(n, 1), "samples": n,
+                "bin_error": (bin_error / max(n, 1)).round(2).tolist()}
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights, optimiser, step, batch RNG."""

@@ -102,8 +102,10 @@ def train(args) -> dict:
                                          out / "card.json")
     model_config = SmallVLAConfig(
         num_layers=args.layers, hidden_size=args.hidden, intermediate_size=args.intermediate,
-        num_heads=args.heads, vision_dim=args.vision_dim,
-        proprio_dim=7 if args.proprio else 0)
+        num_heads=args.heads, vision_dim=args.vision_dim, vision_layers=args.vision_layers,
+        image_size_px=args.image_size, patch_size_px=args.patch_size,
+        stem_channels=args.stem_channels,
+        proprio_dim=7 if args.proprio else 0, proprio_features="pose" if args.proprio else "raw")
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     command = "heisd-train-vla " + " ".join(shlex.quote(a) for a in args.argv)
     card.setdefault("commands", []).append(command)
@@ -211,7 +213,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--intermediate", type=int, default=d.intermediate_size)
     parser.add_argument("--heads", type=int, default=d.num_heads)
     parser.add_argument("--vision-dim", type=int, default=d.vision_dim)
-    parser.add_argument("--proprio", action="store_true", help="feed the proprio token")
+    parser.add_argument("--vision-layers", type=int, default=d.vision_layers)
+    parser.add_argument("--image-size", type=int, default=d.image_size_px,
+                        help="camera images are resized to this many pixels square")
+    parser.add_argument("--patch-size", type=int, default=d.patch_size_px,
+                        help="pixels per vision token side")
+    parser.add_argument("--stem-channels", type=int, default=d.stem_channels,
+                        help="0 = linear patch embedding; > 0 = convolutional stem width")
+    parser.add_argument("--proprio", action="store_true",
+                        help="feed the EE pose + gripper width as one token (sin/cos angles)")
     parser.add_argument("--heldout-per-task", type=int, default=1,
                         help="validation episodes per task (the last seeds)")
     parser.add_argument("--val-every", type=int, default=250)
