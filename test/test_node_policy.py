@@ -179,6 +179,20 @@ def test_a_bad_model_path_fails_cleanly_with_the_reason(graph):
     assert policy.commands_sent == len(out["cmd"])  # every command came from the good node
 
 
+def test_a_router_method_without_router_statistics_names_the_parameter(graph):
+    policy = graph[0]
+    node = PolicyNode("no_stats_policy", context=policy.context, parameter_overrides=[
+        Parameter("method", value="heisd"),
+        Parameter("model.path", value=policy.model_config.path),
+        Parameter("model.drafter_path", value=policy.model_config.drafter_path)])
+    try:
+        assert node.decoder is None
+        assert node.config_error.startswith("policy not configured: ValueError: "
+                                            "model.router_stats_path: method 'heisd'")
+    finally:
+        node.destroy_node()
+
+
 def test_set_instruction_service(graph):
     policy, _broken, peer, _pubs, executor, _out = graph
     client = peer.create_client(hsrv.SetInstruction, "/policy_node/set_instruction")

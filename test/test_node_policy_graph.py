@@ -3,10 +3,17 @@
 The three node programs run as in a deployment (``nodes/<name>`` with the shipped YAML plus
 test overrides) on a DDS domain of their own; this process only listens. A tiny random VLA
 and draft head, and a small retrieval DB with random points for the sim task, keep it cheap.
-Checked: commands flow and the arm moves; retrieval drafts are used; when the retrieval node
-is killed mid-episode commands keep flowing in the method's fallback mode (drafter, or AR for
-pure retrieval SD); when it is back, retrieval is used again. The policy's latency figures
-(image stamp -> command publish) are printed.
+Checked, for pure retrieval SD (``retrieval``) and for the full method (``heisd``: router +
+retrieval + verify-skip + drafter): commands flow and the arm moves; retrieval drafts are
+used; when the retrieval node is killed mid-episode commands keep flowing in the method's
+fallback mode (drafter, or AR for pure retrieval SD), each step saying why; when it is back,
+retrieval is used again. The policy's latency figures (image stamp -> command publish) are
+printed.
+
+For ``heisd`` the DB directory also holds what ``heisd-build-db`` writes next to it, router
+statistics fitted on the demonstrations' EE paths (``router_stats_<suite>.json``), and a
+calibration with router threshold 0, so every step with a full router window asks the DB
+and a retrieval failure is visible on every step.
 """
 
 from __future__ import annotations
@@ -34,13 +41,22 @@ from test.test_node_policy import tiny_models  # noqa: E402
 
 EECommand, HybridStep = hmsg.EECommand, hmsg.HybridStep
 REPO = Path(__file__).resolve().parents[1]
-TASK = "red_block_on_plate"
-METHOD = "retrieval"  # retrieval SD without a router: every step asks the DB
+SUITE, TASK = "piper_goal", "red_block_on_plate"
+# retrieval: SD without a router, every step asks the DB; heisd: the full method
+METHODS_UNDER_TEST = ("retrieval", "heisd")
+ROUTER_WINDOW = 4  # EE positions per router decision (heisd-build-db's default is 15)
 
 
 def build_db(path: Path, vla_path: str) -> None:
-    """A DB whose dimension matches the tiny VLA's embedding, with random points for TASK."""
+    """A DB whose dimension matches the tiny VLA's embedding, with random points for TASK.
+
+    Next to it, as ``heisd-build-db`` writes them: ``router_stats_<suite>.json`` fitted on the
+    stored demonstration's EE path, and (test only) a calibration that routes every step
+    with a full window to retrieval and never skips verification.
+    """
+    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
     from heisd_ros.data.observation import Observation
+    from heisd_ros.kinematics.router import RouterStats
     from heisd_ros.models.checkpoint import load_small_vla
     from heisd_ros.retrieval.embedding import embedding_dimension
     from heisd_ros.retrieval.records import records_from_episode
@@ -52,13 +68,21 @@ def build_db(path: Path, vla_path: str) -> None:
     rng = np.random.default_rng(0)
     n = 32
     vectors = rng.normal(size=(n, dim)).astype(np.float32)
+    ee_path_m = np.cumsum(rng.normal(scale=0.01, size=(n, 3)), axis=0) + [0.3, 0.0, 0.25]
     records = records_from_episode(TASK, 0, rng.integers(0, 256, size=(n, 7)),
-                                   rng.normal(size=(n, 7)) * 0.01, rng.normal(size=(n, 3)))
+                                   rng.normal(size=(n, 7)) * 0.01, ee_path_m)
     with open_store(StoreConfig(path=str(path), exact_search=True), create=True,
                     dimension=dim, model_fingerprint="tiny-test") as store:
         store.create_collection(TASK)
         store.upsert(TASK, range(n), vectors, [r.to_payload() for r in records])
         store.finalize()
+    RouterStats.fit([ee_path_m], window=ROUTER_WINDOW, suite=SUITE).save(
+        path / f"router_stats_{SUITE}.json")
+    VerifySkipCalibration(skip_threshold=1.0, router_threshold=0.0, precision_target=0.9,
+                          skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
+                          hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0,
+                          notes="test: always route to retrieval, never skip").save(
+        path / "calibration.json")
 
 
 class NodeProcess:
@@ -98,13 +122,15 @@ class NodeProcess:
                 self.proc.wait()
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
-    """The three nodes plus a listening node in this process."""
-    tmp = tmp_path_factory.mktemp("graph")
+@pytest.fixture(scope="module", params=METHODS_UNDER_TEST)
+def deployment(request, tmp_path_factory):
+    """The three nodes plus a listening node in this process, the policy on one method."""
+    method = request.param
+    tmp = tmp_path_factory.mktemp(f"graph_{method}")
     vla, head = tiny_models(tmp)
     build_db(tmp / "db", vla)
-    domain = 5 + os.getpid() % 5  # 5..9: no other test uses it
+    # 5..9: no other test uses it; a different one per method
+    domain = 5 + (os.getpid() + METHODS_UNDER_TEST.index(method)) % 5
     retrieval_overrides = {"store.path": str(tmp / "db"), "store.exact_search": True}
     procs = {
         "retrieval_node": NodeProcess("retrieval_node", tmp, domain, retrieval_overrides),
@@ -112,7 +138,9 @@ def deployment(tmp_path_factory):
             "sim.image_width_px": 64, "sim.image_height_px": 64, "max_steps": 2000,
             "frame_republish_s": 1.0}),
         "policy_node": NodeProcess("policy_node", tmp, domain, {
-            "method": METHOD, "model.path": vla, "model.drafter_path": head,
+            "method": method, "model.path": vla, "model.drafter_path": head,
+            "model.router_stats_path": str(tmp / "db" / f"router_stats_{SUITE}.json"),
+            "model.calibration_path": str(tmp / "db" / "calibration.json"),
             "model.retrieval_deadline_s": 0.5, "diagnostics_period_s": 0.5}),
     }
     context = rclpy.Context()
@@ -130,7 +158,7 @@ def deployment(tmp_path_factory):
     node.create_subscription(DiagnosticArray, "/diagnostics", seen["diag"].append, 10)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
-    yield procs, executor, seen, (tmp, domain, retrieval_overrides)
+    yield method, procs, executor, seen, (tmp, domain, retrieval_overrides)
     for proc in procs.values():
         proc.stop()
     executor.shutdown()
@@ -150,30 +178,45 @@ def logs(procs) -> str:
 
 
 def test_episode_with_retrieval_then_drafter_mode_then_retrieval_again(deployment):
-    procs, executor, seen, (tmp, domain, retrieval_overrides) = deployment
+    from heisd_ros.decoding.hybrid import METHODS
+
+    method, procs, executor, seen, (tmp, domain, retrieval_overrides) = deployment
 
     def retrieval_steps(since=0):
         return [s for s in seen["step"][since:] if s.draft_source == HybridStep.DRAFT_RETRIEVAL]
 
-    # 1. commands flow; retrieval drafts are used
+    # 1. commands flow; retrieval drafts are used (by the router's choice for heisd)
     assert spin_until(executor, lambda: len(retrieval_steps()) >= 3, 90), logs(procs)
+    if METHODS[method].router:
+        assert all(s.router_mode == HybridStep.ROUTER_RETRIEVAL and s.fused_metric >= 0.0
+                   for s in retrieval_steps())
     assert seen["cmd"] and all(c.header.frame_id == "base_link" for c in seen["cmd"])
     assert {c.source for c in seen["cmd"]} <= {EECommand.SOURCE_RETRIEVAL,
                                                 EECommand.SOURCE_DRAFTER, EECommand.SOURCE_AR}
 
     # 2. the retrieval node dies mid-episode: commands keep flowing in the method's fallback
     # mode (the draft head when the method has one, else AR)
-    from heisd_ros.decoding.hybrid import METHODS
-
-    fallback = "drafter" if METHODS[METHOD].drafter else "AR"
-    expected = HybridStep.DRAFT_DRAFTER if METHODS[METHOD].drafter else HybridStep.DRAFT_NONE
+    switches = METHODS[method]
+    fallback = "drafter" if switches.drafter else "AR"
+    expected = HybridStep.DRAFT_DRAFTER if switches.drafter else HybridStep.DRAFT_NONE
     procs["retrieval_node"].stop(signal.SIGKILL)
     killed_at = len(seen["step"])
-    assert spin_until(executor, lambda: len(seen["step"]) >= killed_at + 4, 60), logs(procs)
-    after = seen["step"][killed_at + 1:]  # the step in flight at the kill may still retrieve
+    cmds_at = len(seen["cmd"])
+    assert spin_until(executor, lambda: len(seen["step"]) >= killed_at + 5, 60), logs(procs)
+    # one step may still be on the wire and one in flight at the kill: those may retrieve
+    after = seen["step"][killed_at + 2:]
+    assert spin_until(executor, lambda: len(seen["cmd"]) >= cmds_at + len(after), 5)
     assert after and all(s.draft_source == expected for s in after), [
         (s.draft_source, s.status) for s in after]
-    assert all(f"{fallback} mode" in s.status for s in after), [s.status for s in after]
+    # the reason: the failed query, then the fallback ("retrieval error: ...; drafter mode")
+    assert all(s.status.startswith("retrieval ") and f"{fallback} mode" in s.status
+               for s in after), [s.status for s in after]
+    assert all(s.retrieval_calls >= 1 and s.target_forwards >= 1 for s in after)
+    if switches.router:  # the router still chose retrieval: the fallback is per step
+        assert all(s.router_mode == HybridStep.ROUTER_RETRIEVAL for s in after), [
+            (s.router_mode, s.fused_metric) for s in after]
+    if switches.drafter:
+        assert all(s.drafter_forwards >= 1 for s in after)
 
     # 3. it comes back: retrieval is used again
     procs["retrieval_node"] = NodeProcess("retrieval_node", tmp, domain, retrieval_overrides)

@@ -36,7 +36,8 @@ class ModelConfig:
         path: small-VLA safetensors; "" = the shipped weights, else a seeded random init.
         drafter_path: draft-head safetensors; "" = an untrained head (drafting still runs,
             exactly: the output equals AR, only slower).
-        router_stats_path: router statistics JSON (router methods); "" = none.
+        router_stats_path: router statistics JSON, as heisd-build-db writes it next to the DB
+            (``router_stats_<suite>.json``); the router methods need it, "" = none.
         calibration_path: verify-skip calibration JSON; "" = the configured thresholds.
         random_seed: seed of the random initialisations.
         threads: torch CPU threads; 0 = torch's default.
@@ -181,6 +182,10 @@ def build_decoder(method: str, target, config: ModelConfig, retrieval_client=Non
     if method not in hybrid.METHODS:
         raise ValueError(f"method: unknown method {method!r}; valid: "
                          f"{sorted(set(BASIC_METHODS) | set(hybrid.METHODS))}")
+    if hybrid.METHODS[method].router and not config.router_stats_path:
+        raise ValueError(f"model.router_stats_path: method {method!r} routes with router "
+                         f"statistics; set it to the router_stats_<suite>.json that "
+                         f"heisd-build-db wrote next to the DB")
     from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
 
     hybrid_config = hybrid.HybridConfig(retrieval=RetrievalSourceConfig(
@@ -190,6 +195,18 @@ def build_decoder(method: str, target, config: ModelConfig, retrieval_client=Non
         router_stats=config.router_stats_path or None,
         calibration=config.calibration_path or None, config=hybrid_config)
     return HybridAdapter(decoder)
+
+
+def warm_up(target) -> None:
+    """One AR decode of a black observation at configure time.
+
+    Torch's first calls are slow (lazy kernel set-up); the first real step would pay for it.
+    """
+    from heisd_ros.data.observation import Observation
+    from heisd_ros.decoding.decoder import ActionDecoder
+
+    black = np.zeros((64, 64, 3), np.uint8)
+    ActionDecoder(target).decode(Observation(black, black, "warm up"))
 
 
 def _draft_head(target, config: ModelConfig):

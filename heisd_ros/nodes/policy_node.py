@@ -3,7 +3,10 @@ r"""The policy node: camera frames + robot state in, one EE command per decoded 
 A thin adapter: images are converted (:mod:`heisd_ros.nodes.image_conversion`), the input
 gate (:mod:`heisd_ros.nodes.policy_inputs`) pairs the newest frames and refuses stale or
 malformed input, the decoder of the configured ``method`` (:mod:`heisd_ros.nodes.
-policy_decoders`) decodes, and the node publishes.
+policy_decoders`) decodes, and the node publishes the messages of
+:mod:`heisd_ros.nodes.policy_messages`, :mod:`heisd_ros.nodes.policy_viz` and
+:mod:`heisd_ros.nodes.policy_diagnostics`. Its own settings: :mod:`heisd_ros.nodes.
+policy_config`.
 
 Usage::
 
@@ -41,11 +44,9 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import Counter, deque
-from dataclasses import dataclass
+from collections import Counter
 
-import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
@@ -59,71 +60,30 @@ from heisd_ros.data.observation import Observation
 from heisd_ros.msg import EECommand, EpisodeStatus, HybridStep
 from heisd_ros.nodes._params import dataclass_from_parameters
 from heisd_ros.nodes.image_conversion import ImageConversionError, compressed_to_rgb, image_to_rgb
-from heisd_ros.nodes.policy_decoders import DecodedStep, ModelConfig, build_decoder, load_target
-from heisd_ros.nodes.policy_inputs import InputGate, InputGateConfig, RobotInput
-from heisd_ros.nodes.policy_viz import append_pose, step_markers
-from heisd_ros.nodes.retrieval_client import DEFAULT_SERVICE, RetrievalServiceClient
-from heisd_ros.nodes.robot_msgs import (
-    pose_from_msg,
-    rpy_to_quaternion,
-    seconds_to_stamp,
-    stamp_to_seconds,
+from heisd_ros.nodes.policy_config import PolicyNodeConfig
+from heisd_ros.nodes.policy_decoders import (
+    DecodedStep,
+    ModelConfig,
+    build_decoder,
+    load_target,
+    warm_up,
 )
+from heisd_ros.nodes.policy_diagnostics import StepLatency, policy_status
+from heisd_ros.nodes.policy_inputs import InputGate, InputGateConfig, RobotInput
+from heisd_ros.nodes.policy_messages import (
+    command_msg,
+    hybrid_step_msg,
+    robot_input,
+    robot_pose_msg,
+)
+from heisd_ros.nodes.policy_viz import append_pose, step_markers
+from heisd_ros.nodes.retrieval_client import RetrievalServiceClient
+from heisd_ros.nodes.robot_msgs import seconds_to_stamp, stamp_to_seconds
 from heisd_ros.nodes.sim_node import STATUS_QOS
 from heisd_ros.srv import SetInstruction
 
-_HYBRID_FIELDS = frozenset(HybridStep.get_fields_and_field_types())
-
-
-@dataclass
-class PolicyNodeConfig:
-    """Settings of the policy node (inputs have ``input.*``, models ``model.*``).
-
-    Attributes:
-        method: decoder: "ar", "drafter", or a hybrid method ("retrieval", "router_only",
-            "router_skip", "heisd", "drafter_relaxed").
-        image_transport: "raw" (sensor_msgs/Image) or "compressed" (CompressedImage on
-            ``<topic>/compressed``).
-        third_person_topic, wrist_topic: camera topics.
-        follow_episode_status: take the instruction and task from /heisd/episode_status
-            while the ``instruction`` parameter is empty.
-        frame_id: frame of the commands, the path and the markers.
-        retrieval_service: Retrieve service of the retrieval node.
-        min_period_s: least time between two steps, s (0 = one step per new frame pair).
-        path_length: poses kept in /heisd/ee_path.
-        marker_keep: steps whose markers stay visible.
-        warn_throttle_s: one warning per refusal kind at most this often, s.
-        diagnostics_period_s: period of /diagnostics, s.
-        latency_window: steps in the latency statistics.
-    """
-
-    method: str = "drafter"
-    image_transport: str = "raw"
-    third_person_topic: str = "/camera/third_person/image_raw"
-    wrist_topic: str = "/camera/wrist/image_raw"
-    follow_episode_status: bool = True
-    frame_id: str = "base_link"
-    retrieval_service: str = DEFAULT_SERVICE
-    min_period_s: float = 0.0
-    path_length: int = 500
-    marker_keep: int = 50
-    warn_throttle_s: float = 2.0
-    diagnostics_period_s: float = 1.0
-    latency_window: int = 500
-
-    def __post_init__(self) -> None:
-        if self.image_transport not in ("raw", "compressed"):
-            raise ValueError(f"image_transport: expected 'raw' or 'compressed', got "
-                             f"{self.image_transport!r}")
-        for name in ("min_period_s", "warn_throttle_s"):
-            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
-                raise ValueError(f"{name}: expected >= 0 s, got {getattr(self, name)}")
-        if not self.diagnostics_period_s > 0:
-            raise ValueError(f"diagnostics_period_s: expected > 0, "
-                             f"got {self.diagnostics_period_s}")
-        for name in ("path_length", "marker_keep", "latency_window"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+# PolicyNodeConfig and warm_up were defined here before they moved; they stay importable.
+__all__ = ["PolicyNode", "PolicyNodeConfig", "main", "warm_up"]
 
 
 class PolicyNode(Node):
@@ -167,11 +127,7 @@ class PolicyNode(Node):
         self._episode_key: tuple | None = None
         self._episode_ended = False
         self._last_step_t = -math.inf
-        self._latency_ms: deque = deque(maxlen=cfg.latency_window)
-        self._decode_ms: deque = deque(maxlen=cfg.latency_window)
-        self._input_ms: deque = deque(maxlen=cfg.latency_window)  # image stamp -> step start
-        self._transport_ms: deque = deque(maxlen=cfg.latency_window)  # stamp -> last frame in
-        self._frame_rx: dict[float, float] = {}  # frame stamp -> receipt time (newest only)
+        self.latency = StepLatency(cfg.latency_window)
         self.commands_sent = 0
         self._path = Path()
 
@@ -256,9 +212,7 @@ class PolicyNode(Node):
             rgb, problem = None, str(exc)
         with self._lock:
             self.gate.add_frame(camera, stamp, rgb, problem)
-            self._frame_rx = {k: v for k, v in self._frame_rx.items() if k >= stamp - 1.0}
-            self._frame_rx[stamp] = max(self._frame_rx.get(stamp, 0.0),
-                                        self.get_clock().now().nanoseconds * 1e-9)
+            self.latency.frame_received(stamp, self.get_clock().now().nanoseconds * 1e-9)
         self._trigger.trigger()
 
     def _on_joint_state(self, msg: JointState) -> None:
@@ -273,17 +227,7 @@ class PolicyNode(Node):
         joint, pose = self._joint, self._pose
         if joint is None or pose is None:
             return
-        robot, problem = None, ""
-        if len(joint.position) != 7:
-            problem = (f"malformed joint state: {len(joint.position)} positions, expected 6 "
-                       f"joints + gripper")
-        else:
-            position, rpy = pose_from_msg(pose) if _finite_pose(pose) else (
-                np.full(3, np.nan), np.full(3, np.nan))
-            robot = RobotInput(max(stamp_to_seconds(joint.header.stamp),
-                                   stamp_to_seconds(pose.header.stamp)),
-                               np.asarray(joint.position[:6]), float(joint.position[6]),
-                               position, rpy)
+        robot, problem = robot_input(joint, pose)
         with self._lock:
             self.gate.add_robot(robot, problem)
 
@@ -340,50 +284,20 @@ class PolicyNode(Node):
             return
         decode_ms = (time.perf_counter() - t0) * 1e3
         self._last_step_t = now
-        self._input_ms.append((now - snap.stamp_s) * 1e3)
-        received = self._frame_rx.get(snap.stamp_s)
-        if received is not None:
-            self._transport_ms.append((received - snap.stamp_s) * 1e3)
+        self.latency.step_started(snap.stamp_s, now)
         self._publish(step, snap.stamp_s, robot, decode_ms)
 
     def _publish(self, step: DecodedStep, stamp_s: float, robot: RobotInput,
                  decode_ms: float) -> None:
-        cfg, action = self.config, step.action
-        stamp = seconds_to_stamp(stamp_s)
-        cmd = EECommand(step_index=self._step_index, mode=EECommand.MODE_DELTA,
-                        gripper=EECommand.GRIPPER_CLOSED if action[6] >= 0.5
-                        else EECommand.GRIPPER_OPEN,
-                        gripper_from_target=bool(step.gripper_from_target),
-                        source=int(step.source))
-        cmd.header.stamp, cmd.header.frame_id = stamp, cfg.frame_id
-        cmd.translation_m.x, cmd.translation_m.y, cmd.translation_m.z = (float(v)
-                                                                         for v in action[:3])
-        cmd.rotation_rad.x, cmd.rotation_rad.y, cmd.rotation_rad.z = (float(v)
-                                                                      for v in action[3:6])
-        self._cmd_pub.publish(cmd)
-        latency_ms = (self.get_clock().now().nanoseconds * 1e-9 - stamp_s) * 1e3
-        self._latency_ms.append(latency_ms)
-        self._decode_ms.append(decode_ms)
+        cfg, stamp = self.config, seconds_to_stamp(stamp_s)
+        self._cmd_pub.publish(command_msg(step, self._step_index, stamp, cfg.frame_id))
+        self.latency.published(stamp_s, self.get_clock().now().nanoseconds * 1e-9, decode_ms)
         self.commands_sent += 1
-
-        msg = HybridStep(step_index=self._step_index, task=self.task or self.instruction)
-        msg.header.stamp, msg.header.frame_id = stamp, cfg.frame_id
-        for name, value in step.fields.items():
-            if name in _HYBRID_FIELDS:
-                setattr(msg, name, _fit(name, value))
-        msg.action_bins = [int(b) for b in step.bins]
-        msg.action = [float(a) for a in action]
-        if not step.fields.get("status") and self.retrieval.available is False:
-            msg.status = "retrieval unavailable: no retrieval drafts until it is back"
-        self._step_pub.publish(msg)
-
-        pose = PoseStamped()
-        pose.header.stamp, pose.header.frame_id = stamp, cfg.frame_id
-        pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = (
-            float(v) for v in robot.ee_position_m)
-        o = pose.pose.orientation
-        o.x, o.y, o.z, o.w = rpy_to_quaternion(robot.ee_rpy_rad)
-        self._path_pub.publish(append_pose(self._path, pose, cfg.path_length))
+        self._step_pub.publish(hybrid_step_msg(step, self._step_index, stamp, cfg.frame_id,
+                                               self.task or self.instruction,
+                                               self.retrieval.available))
+        self._path_pub.publish(append_pose(self._path, robot_pose_msg(robot, stamp, cfg.frame_id),
+                                           cfg.path_length))
         self._marker_pub.publish(step_markers(self._step_index, stamp, cfg.frame_id,
                                               robot.ee_position_m, step.source, step.fields,
                                               cfg.marker_keep))
@@ -401,24 +315,8 @@ class PolicyNode(Node):
 
     # ------------------------------------------------------------------ diagnostics
     def latency_summary(self) -> dict[str, float]:
-        """Latency of the recent steps in ms, and the ROS share.
-
-        Image stamp -> command publish (p50, p99), image stamp -> step start (transport,
-        conversion, queueing; p50), image stamp -> receipt of the newer frame (transport;
-        p50), decode (p50), and the median share of a step's latency spent outside the
-        decoder (ROS messages, conversion, the gate).
-        """
-        lat, dec = np.array(self._latency_ms), np.array(self._decode_ms)
-        if not len(lat):
-            return {}
-        p50, p99 = np.percentile(lat, [50, 99])
-        share = float(np.median(np.clip((lat - dec) / np.maximum(lat, 1e-9), 0.0, 1.0)))
-        return {"latency_p50_ms": float(p50), "latency_p99_ms": float(p99),
-                "input_p50_ms": float(np.median(self._input_ms)),
-                "transport_p50_ms": float(np.median(self._transport_ms))
-                if self._transport_ms else math.nan,
-                "decode_p50_ms": float(np.median(dec)), "ros_overhead_share": share,
-                "steps": float(len(lat))}
+        """Latency of the recent steps in ms, and the ROS share (:meth:`StepLatency.summary`)."""
+        return self.latency.summary()
 
     def diagnostic_status(self) -> DiagnosticStatus:
         """Configuration, refusals by kind, latency."""
@@ -428,47 +326,13 @@ class PolicyNode(Node):
                   "retrieval_available": str(self.retrieval.available)}
         values.update({k: f"{v:.3f}" for k, v in self.latency_summary().items()})
         values.update({f"refused[{k}]": str(n) for k, n in sorted(self.refusals.items())})
-        if self.config_error:
-            level, message = DiagnosticStatus.ERROR, self.config_error
-        elif self.last_problem:
-            level, message = DiagnosticStatus.WARN, self.last_problem
-        else:
-            level, message = DiagnosticStatus.OK, "running"
-        return DiagnosticStatus(level=level, name=f"{self.get_name()}: policy", message=message,
-                                values=[KeyValue(key=k, value=v) for k, v in values.items()])
+        return policy_status(f"{self.get_name()}: policy", values, self.config_error,
+                             self.last_problem)
 
     def _publish_diagnostics(self) -> None:
         msg = DiagnosticArray(status=[self.diagnostic_status()])
         msg.header.stamp = self.get_clock().now().to_msg()
         self._diag_pub.publish(msg)
-
-
-def warm_up(target) -> None:
-    """One AR decode of a black observation at configure time.
-
-    Torch's first calls are slow (lazy kernel set-up); the first real step would pay for it.
-    """
-    from heisd_ros.decoding.decoder import ActionDecoder
-
-    black = np.zeros((64, 64, 3), np.uint8)
-    ActionDecoder(target).decode(Observation(black, black, "warm up"))
-
-
-def _finite_pose(msg: PoseStamped) -> bool:
-    p, o = msg.pose.position, msg.pose.orientation
-    values = (p.x, p.y, p.z, o.x, o.y, o.z, o.w)
-    return all(math.isfinite(v) for v in values) and any(v != 0.0 for v in values[3:])
-
-
-def _fit(name: str, value):
-    """A HybridStep field value of the right Python type (ints for counters, NaN allowed)."""
-    if isinstance(value, bool) or name in ("status", "task"):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    return float(value)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -32,16 +32,23 @@ Interface:
         new ``seed`` uses seed + 1. ``suite``, ``task`` and ``seed`` are the only writable
         parameters; all others are read once at start.
 
+Bad suite or task names never take the node down. At start they leave it up without an
+episode: it logs an error naming the value and listing the valid names
+(:mod:`heisd_ros.sim.suites`), publishes nothing, ignores commands and answers ``~/reset``
+with ``success=False`` and the same message until the parameter is corrected
+(``ros2 param set /sim_node task red_block_on_plate``, then ``~/reset``). While an episode
+runs, a suite or task name that exists nowhere is refused by the parameter service; a task
+that is not in the suite (e.g. half-way through switching both) is accepted, and a
+``~/reset`` with it is refused with the message while the running episode goes on.
+
 All MuJoCo work (physics, the EGL renderer) runs on one worker thread: a GL context belongs to
 the thread that made it current, and executor callbacks may run on any thread.
 """
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
-from dataclasses import dataclass
 
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
@@ -55,17 +62,13 @@ from heisd_ros.msg import EECommand as EECommandMsg
 from heisd_ros.msg import EpisodeStatus
 from heisd_ros.nodes._params import dataclass_from_parameters
 from heisd_ros.nodes.image_conversion import rgb_to_image
-from heisd_ros.nodes.robot_msgs import (
-    GRIPPER_JOINT_NAME,
-    PIPER_JOINT_NAMES,
-    ee_command_from_msg,
-    ee_pose_msg,
-    joint_state_msg,
-)
+from heisd_ros.nodes.robot_msgs import ee_command_from_msg, ee_pose_msg, joint_state_msg
+from heisd_ros.nodes.sim_params import SimNodeConfig, parameter_problem
 from heisd_ros.robot.controller import ControllerConfig, RobotController
 from heisd_ros.robot.gripper import GripperConfig, GripperStateMachine
 from heisd_ros.robot.safety import SafetyConfig, SafetyFilter
 from heisd_ros.sim.config import SimConfig
+from heisd_ros.sim.suites import get_task, list_suites, list_tasks
 
 THIRD_PERSON_TOPIC = "/camera/third_person/image_raw"
 WRIST_TOPIC = "/camera/wrist/image_raw"
@@ -74,49 +77,14 @@ STATUS_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                         reliability=ReliabilityPolicy.RELIABLE)
 
 
-@dataclass
-class SimNodeConfig:
-    """Settings of the sim node (the scene has ``sim.*``, safety and gripper their own).
-
-    Attributes:
-        max_steps: steps per episode; 0 = the task's own limit.
-        state_period_s: republish /joint_states and /ee_pose this often, s.
-        frame_republish_s: without a command for this long, send the current camera frames
-            again with a fresh stamp, s; 0 = never.
-        max_tracking_error_m: controller FAULT distance between commanded and measured
-            flange, m; 0 = off.
-        frame_id: frame of /ee_pose and of the camera images' header.
-        joint_names: names of the six arm joints in /joint_states.
-        gripper_joint_name: name of the gripper opening (m) in /joint_states.
-    """
-
-    max_steps: int = 0
-    state_period_s: float = 0.1
-    frame_republish_s: float = 2.0
-    max_tracking_error_m: float = 0.10
-    frame_id: str = "base_link"
-    joint_names: tuple[str, ...] = PIPER_JOINT_NAMES
-    gripper_joint_name: str = GRIPPER_JOINT_NAME
-
-    def __post_init__(self) -> None:
-        if self.max_steps < 0:
-            raise ValueError(f"max_steps: expected >= 0, got {self.max_steps}")
-        if not (math.isfinite(self.state_period_s) and self.state_period_s > 0):
-            raise ValueError(f"state_period_s: expected > 0 s, got {self.state_period_s}")
-        for name in ("frame_republish_s", "max_tracking_error_m"):
-            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
-                raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
-        if len(self.joint_names) != 6:
-            raise ValueError(f"joint_names: expected 6 names, got {list(self.joint_names)!r}")
-        if not self.frame_id:
-            raise ValueError("frame_id: expected a frame name like 'base_link', got ''")
-
-
 class SimNode(Node):
     """Simulated PIPER with cameras, driven one control step per EE command."""
 
     def __init__(self, node_name: str = "sim_node", **kwargs) -> None:
         """Declare parameters, start the sim worker (it builds the scene and resets).
+
+        A bad ``suite`` or ``task`` does not raise: the node stays up without an episode and
+        reports it (module docstring, ``config_error``).
 
         Args:
             node_name: default node name (remappable with ``__node:=``).
@@ -124,13 +92,14 @@ class SimNode(Node):
                 ``parameter_overrides``, ...).
 
         Raises:
-            ValueError: a parameter is invalid (the message names it).
+            ValueError: another parameter is invalid (the message names it).
         """
         super().__init__(node_name, **kwargs)
-        writable = ParameterDescriptor(read_only=False)
-        self.declare_parameter("suite", "piper_goal", writable)
-        self.declare_parameter("task", "red_block_on_plate", writable)
-        self.declare_parameter("seed", 0, writable)
+        # One descriptor each: declare_parameter writes the value's type into the descriptor,
+        # so a shared one would type `suite` and `task` as integers after `seed`.
+        for name, default in (("suite", "piper_goal"), ("task", "red_block_on_plate"),
+                              ("seed", 0)):
+            self.declare_parameter(name, default, ParameterDescriptor(read_only=False))
         self._next_seed = int(self.get_parameter("seed").value)
         self.config = dataclass_from_parameters(self, SimNodeConfig)
         self.sim_config = dataclass_from_parameters(self, SimConfig, "sim")
@@ -157,24 +126,33 @@ class SimNode(Node):
         self._state = None  # latest RobotState (immutable), read by the state timer
         self._frames = None  # latest (third_person, wrist) RGB frames
         self._status = EpisodeStatus()
-        self._env = self._robot = self._controller = None
+        self._env = self._robot = self._controller = None  # no controller = no episode
+        self.config_error = ""  # why the last reset failed; "" once one succeeded
         self.steps_run = 0
         self.commands_ignored = 0
         self._worker = threading.Thread(target=self._work, name="sim_node-mujoco", daemon=True)
         self._worker.start()
         done = self._submit("reset")
-        if not done.wait(_RESET_TIMEOUT_S) or done.error:
-            raise ValueError(f"sim not started: {done.error or 'reset timed out'}")
+        if not done.wait(_RESET_TIMEOUT_S):
+            self.config_error = "sim not started: the first reset timed out"
+            self.get_logger().error(self.config_error)
 
     # ------------------------------------------------------------------ parameters
     def _on_set_parameters(self, params) -> SetParametersResult:
-        for param in params:
-            if param.name == "seed":
-                if not isinstance(param.value, int) or param.value < 0:
-                    return SetParametersResult(successful=False,
-                                               reason=f"seed: expected an int >= 0, got "
-                                                      f"{param.value!r}")
-                self._next_seed = int(param.value)
+        values = {p.name: p.value for p in params}
+        suite = values.get("suite", self.get_parameter("suite").value)
+        for name in ("seed", "suite", "task"):
+            problem = parameter_problem(name, values[name], suite) if name in values else ""
+            if problem:
+                self.get_logger().error(f"parameter not set: {problem}")
+                return SetParametersResult(successful=False, reason=problem)
+        if "seed" in values:
+            self._next_seed = int(values["seed"])
+        task = values.get("task", self.get_parameter("task").value)
+        if ({"suite", "task"} & set(values) and suite in list_suites()
+                and task not in list_tasks(suite)):
+            self.get_logger().warning(f"task {task!r} is not in suite {suite!r} (valid: "
+                                      f"{list_tasks(suite)}): set both before ~/reset")
         return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------ callbacks
@@ -224,25 +202,45 @@ class SimNode(Node):
             try:
                 if job.kind == "reset":
                     self._reset()
+                    self.config_error = ""
                 else:
                     self._step(job.payload)
             except (ValueError, RuntimeError) as exc:  # bad task name, IK/scene errors
-                job.error = f"{job.kind} failed: {exc}"
+                job.error = self._failure(job.kind, exc)
                 self.get_logger().error(job.error)
             job.set()
+        self._close_env()
+
+    def _failure(self, kind: str, exc: Exception) -> str:
+        """The message of a failed job; a failed reset is also kept in ``config_error``."""
+        if kind != "reset":
+            return f"{kind} failed: {exc}"
+        if self._controller is None:
+            self.config_error = (f"sim not started: {exc}; fix it (ros2 param set "
+                                 f"{self.get_fully_qualified_name()} suite|task <name>), then "
+                                 f"call ~/reset")
+        else:
+            self.config_error = (f"reset refused: {exc}; episode {self._status.episode} of "
+                                 f"{self._status.task} goes on")
+        return self.config_error
+
+    def _close_env(self) -> None:
+        """Close the scene; no episode runs until the next successful reset."""
         if self._env is not None:
             self._env.close()
+        self._env = self._robot = self._controller = None
+        self._state = self._frames = None
 
     def _reset(self) -> None:
         from heisd_ros.sim.env import PiperSimEnv
         from heisd_ros.sim.sim_robot import SimRobot
-        from heisd_ros.sim.suites import get_task
 
         suite = str(self.get_parameter("suite").value)
+        # ValueError names the bad suite or task and lists the valid ones; nothing changed yet.
         task = get_task(suite, str(self.get_parameter("task").value))
+        self._controller = None  # from here on the old episode is gone, even if this fails
         if self._env is None or self._env.task.name != task.name:
-            if self._env is not None:
-                self._env.close()
+            self._close_env()
             self._env = PiperSimEnv(task, self.sim_config)
             self._robot = SimRobot(self._env)
             self._robot.connect()
@@ -269,6 +267,11 @@ class SimNode(Node):
 
     def _step(self, msg: EECommandMsg) -> None:
         status = self._status
+        if self._controller is None:
+            self.commands_ignored += 1
+            self.get_logger().warning(f"no episode: command ignored ({self.config_error})",
+                                      throttle_duration_sec=5.0)
+            return
         if status.done:
             self.commands_ignored += 1
             self.get_logger().warning(f"episode over ({status.reason}): command ignored; call "

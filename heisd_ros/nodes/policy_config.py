@@ -1,0 +1,63 @@
+"""Settings of the policy node itself: its top-level parameters.
+
+``input.*`` and ``model.*`` have their own dataclasses, in :mod:`heisd_ros.nodes.policy_inputs`
+and :mod:`heisd_ros.nodes.policy_decoders`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from heisd_ros.nodes.retrieval_client import DEFAULT_SERVICE
+
+
+@dataclass
+class PolicyNodeConfig:
+    """Settings of the policy node (inputs have ``input.*``, models ``model.*``).
+
+    Attributes:
+        method: decoder: "ar", "drafter", or a hybrid method ("retrieval", "router_only",
+            "router_skip", "heisd", "drafter_relaxed").
+        image_transport: "raw" (sensor_msgs/Image) or "compressed" (CompressedImage on
+            ``<topic>/compressed``).
+        third_person_topic, wrist_topic: camera topics.
+        follow_episode_status: take the instruction and task from /heisd/episode_status
+            while the ``instruction`` parameter is empty.
+        frame_id: frame of the commands, the path and the markers.
+        retrieval_service: Retrieve service of the retrieval node.
+        min_period_s: least time between two steps, s (0 = one step per new frame pair).
+        path_length: poses kept in /heisd/ee_path.
+        marker_keep: steps whose markers stay visible.
+        warn_throttle_s: one warning per refusal kind at most this often, s.
+        diagnostics_period_s: period of /diagnostics, s.
+        latency_window: steps in the latency statistics.
+    """
+
+    method: str = "drafter"
+    image_transport: str = "raw"
+    third_person_topic: str = "/camera/third_person/image_raw"
+    wrist_topic: str = "/camera/wrist/image_raw"
+    follow_episode_status: bool = True
+    frame_id: str = "base_link"
+    retrieval_service: str = DEFAULT_SERVICE
+    min_period_s: float = 0.0
+    path_length: int = 500
+    marker_keep: int = 50
+    warn_throttle_s: float = 2.0
+    diagnostics_period_s: float = 1.0
+    latency_window: int = 500
+
+    def __post_init__(self) -> None:
+        if self.image_transport not in ("raw", "compressed"):
+            raise ValueError(f"image_transport: expected 'raw' or 'compressed', got "
+                             f"{self.image_transport!r}")
+        for name in ("min_period_s", "warn_throttle_s"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name}: expected >= 0 s, got {getattr(self, name)}")
+        if not self.diagnostics_period_s > 0:
+            raise ValueError(f"diagnostics_period_s: expected > 0, "
+                             f"got {self.diagnostics_period_s}")
+        for name in ("path_length", "marker_keep", "latency_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")

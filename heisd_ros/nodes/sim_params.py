@@ -1,0 +1,76 @@
+"""The sim node's parameters: its config dataclass and the checks of suite and task names.
+
+No node here: :class:`heisd_ros.nodes.sim_node.SimNode` fills :class:`SimNodeConfig` from its
+parameters and asks :func:`parameter_problem` before it takes a new ``suite``, ``task`` or
+``seed`` at run time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from heisd_ros.nodes.robot_msgs import GRIPPER_JOINT_NAME, PIPER_JOINT_NAMES
+from heisd_ros.sim.suites import list_suites, list_tasks
+
+
+@dataclass
+class SimNodeConfig:
+    """Settings of the sim node (the scene has ``sim.*``, safety and gripper their own).
+
+    Attributes:
+        max_steps: steps per episode; 0 = the task's own limit.
+        state_period_s: republish /joint_states and /ee_pose this often, s.
+        frame_republish_s: without a command for this long, send the current camera frames
+            again with a fresh stamp, s; 0 = never.
+        max_tracking_error_m: controller FAULT distance between commanded and measured
+            flange, m; 0 = off.
+        frame_id: frame of /ee_pose and of the camera images' header.
+        joint_names: names of the six arm joints in /joint_states.
+        gripper_joint_name: name of the gripper opening (m) in /joint_states.
+    """
+
+    max_steps: int = 0
+    state_period_s: float = 0.1
+    frame_republish_s: float = 2.0
+    max_tracking_error_m: float = 0.10
+    frame_id: str = "base_link"
+    joint_names: tuple[str, ...] = PIPER_JOINT_NAMES
+    gripper_joint_name: str = GRIPPER_JOINT_NAME
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 0:
+            raise ValueError(f"max_steps: expected >= 0, got {self.max_steps}")
+        if not (math.isfinite(self.state_period_s) and self.state_period_s > 0):
+            raise ValueError(f"state_period_s: expected > 0 s, got {self.state_period_s}")
+        for name in ("frame_republish_s", "max_tracking_error_m"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
+        if len(self.joint_names) != 6:
+            raise ValueError(f"joint_names: expected 6 names, got {list(self.joint_names)!r}")
+        if not self.frame_id:
+            raise ValueError("frame_id: expected a frame name like 'base_link', got ''")
+
+
+def parameter_problem(name: str, value, suite: str) -> str:
+    """Why ``value`` cannot be parameter ``name`` ("" if it can), with the valid names.
+
+    A task of another suite is fine here (the user may be switching both); ``~/reset``
+    checks the pair.
+    """
+    if name == "seed":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"seed: expected an int >= 0, got {value!r}"
+        return ""
+    if not isinstance(value, str):
+        return f"{name}: expected a string, got {value!r}"
+    if name == "suite":
+        return "" if value in list_suites() else (
+            f"suite: unknown suite {value!r}; valid suites are {list_suites()}")
+    if any(value in list_tasks(s) for s in list_suites()):
+        return ""
+    if suite in list_suites():
+        valid = f"valid tasks of suite {suite!r} are {list_tasks(suite)}"
+    else:
+        valid = f"valid tasks are {dict((s, list_tasks(s)) for s in list_suites())}"
+    return f"task: unknown task {value!r}; {valid}"
