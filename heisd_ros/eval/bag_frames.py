@@ -19,6 +19,8 @@ import yaml
 
 from heisd_ros.data.observation import Observation
 from heisd_ros.data.rosbag_io import (
+    IMAGE_TYPES,
+    READ_ERRORS,
     TOPIC_EE_POSE,
     TOPIC_JOINT_STATES,
     TOPIC_THIRD_PERSON,
@@ -27,12 +29,11 @@ from heisd_ros.data.rosbag_io import (
     make_typestore,
 )
 
-IMAGE_TYPE = "sensor_msgs/msg/Image"
-#: topic role -> (expected type, CLI option, required)
-ROLES = {"primary": (IMAGE_TYPE, "--topic-primary", True),
-         "wrist": (IMAGE_TYPE, "--topic-wrist", True),
-         "joint_states": ("sensor_msgs/msg/JointState", "--topic-joint-states", False),
-         "ee_pose": ("geometry_msgs/msg/PoseStamped", "--topic-ee-pose", False)}
+#: topic role -> (accepted types, CLI option, required); each camera may have either type.
+ROLES = {"primary": (IMAGE_TYPES, "--topic-primary", True),
+         "wrist": (IMAGE_TYPES, "--topic-wrist", True),
+         "joint_states": (("sensor_msgs/msg/JointState",), "--topic-joint-states", False),
+         "ee_pose": (("geometry_msgs/msg/PoseStamped",), "--topic-ee-pose", False)}
 
 
 class BagError(ValueError):
@@ -104,13 +105,13 @@ def _open_checks(path: Path) -> tuple[Path, dict]:
 
 def inspect_bag(path: str | Path, topics: BagTopics) -> BagInfo:
     """Check that ``path`` is a readable rosbag2 with the topics replay needs (see module doc)."""
-    from rosbags.rosbag2 import Reader, ReaderError
+    from rosbags.rosbag2 import Reader
 
     path, meta = _open_checks(Path(path))
     try:
         with Reader(path) as reader:
             found = {c.topic: (c.msgtype, c.msgcount) for c in reader.connections}
-    except (ReaderError, OSError, ValueError, KeyError) as err:
+    except (*READ_ERRORS, ValueError, KeyError) as err:
         raise BagError(f"{path}: the bag cannot be read ({type(err).__name__}: {err}); the "
                        f"storage file is probably truncated or corrupt (recording killed?). "
                        f"Storage {meta.get('storage_identifier')!r}, files "
@@ -119,7 +120,8 @@ def inspect_bag(path: str | Path, topics: BagTopics) -> BagInfo:
                    str(meta.get("storage_identifier", "")), dict(meta.get("custom_data") or {}))
     total = sum(n for _, n in found.values())
     problems = []
-    for role, (msgtype, option, required) in ROLES.items():
+    for role, (msgtypes, option, required) in ROLES.items():
+        msgtype = " or ".join(msgtypes)
         topic = getattr(topics, role)
         if not topic:
             continue
@@ -129,7 +131,7 @@ def inspect_bag(path: str | Path, topics: BagTopics) -> BagInfo:
                                 f"remap with {option} TOPIC")
             else:
                 info.missing_optional.append(topic)
-        elif found[topic][0] != msgtype:
+        elif found[topic][0] not in msgtypes:
             problems.append(f"  {topic}: has type {found[topic][0]}, replay needs {msgtype}; "
                             f"remap with {option} TOPIC")
         elif required and found[topic][1] == 0:
@@ -139,7 +141,7 @@ def inspect_bag(path: str | Path, topics: BagTopics) -> BagInfo:
         raise BagError(f"{path}: {head}.\nFound (topic, type, messages):\n{_found(found)}\n"
                        f"Needed:\n" + ("\n".join(problems) or "  messages on the camera topics")
                        + "\nReplay needs " + ", ".join(
-                           f"{role} {ROLES[role][0]} ({ROLES[role][1]})"
+                           f"{role} {' or '.join(ROLES[role][0])} ({ROLES[role][1]})"
                            for role in ROLES if ROLES[role][2])
                        + "; optional: joint states and EE pose (--topic-joint-states, "
                          "--topic-ee-pose). Pass --topic-wrist '' for a bag without a wrist "
@@ -195,7 +197,7 @@ def iter_frames(info: BagInfo, topics: BagTopics, instruction: str, max_frames: 
     A primary image without a wrist image within ``max_skew_s`` is skipped. Each observation's
     ``extras`` carry ``frame`` (index), ``ee_position_m`` (or None) and ``skipped_frames``.
     """
-    from rosbags.rosbag2 import Reader, ReaderError
+    from rosbags.rosbag2 import Reader
 
     roles = {getattr(topics, r): r for r in ROLES if getattr(topics, r)
              and getattr(topics, r) in info.topics}
@@ -229,8 +231,9 @@ def iter_frames(info: BagInfo, topics: BagTopics, instruction: str, max_frames: 
                 try:
                     item = (_stamp_s(msg, log_ns), image_from_msg(msg))
                 except ValueError as err:
-                    raise BagError(f"{conn.topic}: {err}; convert the images to rgb8 or bgr8 "
-                                   f"(e.g. with image_proc) before replaying") from err
+                    raise BagError(f"{conn.topic}: {err}; convert the images to rgb8, bgr8 "
+                                   f"or mono8, or jpeg/png CompressedImage (e.g. with "
+                                   f"image_proc) before replaying") from err
                 if role == "wrist":
                     wrist = item
                     if pending is not None and abs(pending[0] - wrist[0]) <= max_skew_s:
@@ -246,6 +249,6 @@ def iter_frames(info: BagInfo, topics: BagTopics, instruction: str, max_frames: 
                     pending = None
             if ready is not None and (max_frames is None or count < max_frames):
                 yield emit(ready[0], ready[1])
-    except (ReaderError, OSError) as err:
+    except READ_ERRORS as err:
         raise BagError(f"{info.path}: reading stopped after {count} frames ({err}); the bag is "
                        f"probably truncated") from err

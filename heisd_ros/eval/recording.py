@@ -3,7 +3,9 @@
 The robot topics are those of :mod:`heisd_ros.data.rosbag_io` (same messages as
 ``write_episode_bag``); decoder policies add ``/heisd/hybrid_step`` (``heisd_ros/msg/HybridStep``
 registered from ``msg/HybridStep.msg``) with the counters and latencies of every step, and
-their EE commands carry the source that produced them (AR, drafter, retrieval, skip).
+their EE commands carry the source that produced them (AR, drafter, retrieval, skip). The
+cameras are raw Images (rgb8, bgr8, mono8) or, like image_transport's compressed transport,
+CompressedImages (jpeg, png) on ``<camera topic>/compressed``.
 """
 
 from __future__ import annotations
@@ -98,11 +100,13 @@ def hybrid_step_msg(ts: Typestore, step: dict, index: int, task: str, header) ->
 
 
 def write_run_bag(record: EpisodeRecord, steps: list[dict] | None, path: str | Path,
-                  storage: str = "mcap", typestore: Typestore | None = None) -> Path:
+                  storage: str = "mcap", typestore: Typestore | None = None,
+                  camera_format: str = "rgb8") -> Path:
     """Like ``write_episode_bag``, plus ``/heisd/hybrid_step`` when ``steps`` are given.
 
     Each EE command's ``source`` is the step's (AR 0, drafter 1, retrieval 2, skip 3), or
-    SCRIPTED (4) without step records.
+    SCRIPTED (4) without step records. ``camera_format``: one of
+    :data:`~heisd_ros.data.rosbag_io.CAMERA_FORMATS`.
     """
     if storage not in rosbag_io.STORAGES:
         raise ValueError(f"storage: expected one of {sorted(rosbag_io.STORAGES)}, got "
@@ -110,7 +114,7 @@ def write_run_bag(record: EpisodeRecord, steps: list[dict] | None, path: str | P
     if steps is not None and len(steps) != record.num_steps:
         raise ValueError(f"steps: expected {record.num_steps} step records, got {len(steps)}")
     ts = typestore or make_recording_typestore()
-    types = dict(rosbag_io.TOPIC_TYPES)
+    types = rosbag_io.topic_types(camera_format)
     if steps is not None:
         types[TOPIC_HYBRID_STEP] = HYBRID_STEP_TYPE
     with Writer(Path(path), version=9, storage_plugin=rosbag_io.STORAGES[storage]) as writer:
@@ -126,7 +130,7 @@ def write_run_bag(record: EpisodeRecord, steps: list[dict] | None, path: str | P
                 else _SOURCE.get(step["draft_source"].split("+")[0], 0))
             # The robot topics exactly as write_episode_bag writes them.
             msgs = list(rosbag_io._step_messages(ts, record, t, stamp_ns, "base_link", source,
-                                                 True))
+                                                 True, camera_format))
             if step is not None:
                 header = msgs[-1][1].header
                 msgs.append((TOPIC_HYBRID_STEP, hybrid_step_msg(ts, step, t, record.task, header)))
@@ -137,17 +141,20 @@ def write_run_bag(record: EpisodeRecord, steps: list[dict] | None, path: str | P
 
 def record_runs(policy, suite: str, task: str, episodes: int, seed: int, out_dir: str | Path,
                 *, storage: str = "mcap", max_steps: int | None = None, sim_config=None,
-                env=None, progress: Callable[[int, bool], None] | None = None) -> list[dict]:
+                env=None, progress: Callable[[int, bool], None] | None = None,
+                camera_format: str = "rgb8") -> list[dict]:
     """Run ``policy`` for ``episodes`` seeded episodes and write one bag per episode.
 
-    Bags go to ``<out_dir>/<suite>/<task>/episode_<seed>_bag`` (must not exist). Returns one
-    summary dict per episode (seed, success, steps, bag path).
+    Bags go to ``<out_dir>/<suite>/<task>/episode_<seed>_bag`` (must not exist); the cameras
+    are written in ``camera_format`` (see :func:`write_run_bag`). Returns one summary dict per
+    episode (seed, success, steps, bag path).
     """
     from heisd_ros.sim.collection import bag_path
     from heisd_ros.sim.config import SimConfig
     from heisd_ros.sim.runner import run_episodes
     from heisd_ros.sim.suites import get_task
 
+    rosbag_io.topic_types(camera_format)  # a bad format fails before any simulation
     spec = get_task(suite, task)
     config = sim_config or SimConfig()
     paths = [bag_path(out_dir, suite, task, seed + i) for i in range(episodes)]
@@ -163,7 +170,7 @@ def record_runs(policy, suite: str, task: str, episodes: int, seed: int, out_dir
                               observer=tape, env=env).episodes[0]
         steps = result.stats if result.stats and "stage_ms" in result.stats[0] else None
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_run_bag(tape.finish(0, result.success), steps, path, storage, ts)
+        write_run_bag(tape.finish(0, result.success), steps, path, storage, ts, camera_format)
         out.append({"seed": seed + i, "success": result.success, "steps": result.steps,
                     "bag": str(path)})
         if progress is not None:

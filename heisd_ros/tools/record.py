@@ -9,6 +9,8 @@ Examples:
         --out runs/bags
     heisd-record --suite piper_goal --task red_block_on_plate --policy expert --storage sqlite3 \
         --episodes 5 --seed 100 --out runs/expert_bags
+    heisd-record --suite piper_goal --task red_block_on_plate --policy expert \
+        --camera-format jpeg --out runs/jpeg_bags  # CompressedImage on <camera>/compressed
     heisd-replay runs/bags/piper_goal/red_block_on_plate/episode_000000_bag --methods drafter
 
 Needs MUJOCO_GL=egl (or glfw/osmesa) for rendering.
@@ -23,6 +25,7 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
+    from heisd_ros.data.rosbag_io import CAMERA_FORMATS
     from heisd_ros.eval.methods import METHODS
     from heisd_ros.tools._common import add_decoder_arguments
 
@@ -37,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
     p.add_argument("--out", default="bags", help="output root")
     p.add_argument("--image-size", type=int, default=224, help="camera width = height, px")
+    p.add_argument("--camera-format", choices=CAMERA_FORMATS, default="rgb8",
+                   help="cameras as sensor_msgs/Image in this encoding (rgb8, bgr8, mono8) or, "
+                        "as image_transport's compressed transport, CompressedImage (jpeg, png) "
+                        "on <camera topic>/compressed")
     add_decoder_arguments(p)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return p
@@ -77,7 +84,8 @@ def run(args) -> list[dict]:
         with tqdm(total=args.episodes, unit="episode", file=sys.stderr) as bar:
             return record_runs(policy, args.suite, args.task, args.episodes, args.seed, args.out,
                                storage=args.storage, max_steps=args.max_steps, env=env,
-                               progress=lambda n, ok: bar.update(1))
+                               progress=lambda n, ok: bar.update(1),
+                               camera_format=args.camera_format)
     finally:
         env.close()
 
@@ -90,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(args.threads)
     try:
         episodes = run(args)
-    except ValueError as err:
+    except (ValueError, FileNotFoundError) as err:  # e.g. a --target that does not exist
         print(f"heisd-record: {err}", file=sys.stderr)
         return 2
     for e in episodes:

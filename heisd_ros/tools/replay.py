@@ -12,8 +12,13 @@ Examples:
         --max-frames 50 --json replay.json
     heisd-replay my_bag --topic-wrist ''      # a robot without a wrist camera
 
-A bag that cannot be replayed (missing topics, other message types, empty, truncated, split
-with missing parts) gets a message saying what was found and how to remap, and exit code 2.
+Cameras may be sensor_msgs/Image (rgb8, bgr8, mono8) or CompressedImage (jpeg, png), each
+camera its own, converted as the policy node converts them. A camera option left unset takes
+the default topic, or its image_transport ``/compressed`` topic when only that is in the bag.
+
+A bag that cannot be replayed (missing topics, other message types or image encodings, empty,
+truncated, split with missing parts) gets a message saying what was found and how to remap,
+and exit code 2.
 """
 
 from __future__ import annotations
@@ -35,8 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("bag", help="rosbag2 directory (the one holding metadata.yaml)")
     p.add_argument("--methods", nargs="+", default=["ar", "drafter"],
                    help=f"methods besides AR, from {sorted(METHODS)} (AR is always run)")
-    p.add_argument("--topic-primary", default=defaults.primary, help="third-person camera")
-    p.add_argument("--topic-wrist", default=defaults.wrist, help="wrist camera ('' = none)")
+    p.add_argument("--topic-primary", default=None,
+                   help=f"third-person camera (default {defaults.primary}, or its /compressed "
+                        f"topic)")
+    p.add_argument("--topic-wrist", default=None,
+                   help=f"wrist camera, '' = none (default {defaults.wrist}, or its /compressed "
+                        f"topic)")
     p.add_argument("--topic-joint-states", default=defaults.joint_states, help="('' = none)")
     p.add_argument("--topic-ee-pose", default=defaults.ee_pose, help="('' = none)")
     p.add_argument("--instruction", default=None,
@@ -56,6 +65,57 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def resolve_topics(args) -> BagTopics:
+    """The ``--topic-*`` options, with an unset camera resolved in the bag.
+
+    An unset camera takes its default topic or, when only that is in the bag, the default's
+    image_transport ``/compressed`` topic.
+    """
+    from heisd_ros.data.rosbag_io import COMPRESSED_SUFFIX, metadata_topics
+
+    defaults = BagTopics()
+    present = metadata_topics(args.bag)  # {} for no bag: inspect_bag then says why
+
+    def camera(option: str | None, default: str) -> str:
+        if option is not None:
+            return option
+        compressed = default + COMPRESSED_SUFFIX
+        return compressed if default not in present and compressed in present else default
+
+    return BagTopics(camera(args.topic_primary, defaults.primary),
+                     camera(args.topic_wrist, defaults.wrist), args.topic_joint_states,
+                     args.topic_ee_pose)
+
+
+def check_cameras(info, topics: BagTopics) -> None:
+    """Convert the first image of each camera topic as replay will.
+
+    Raises:
+        BagError: an image the policy would refuse (encoding or format named, with the topic
+            and what is accepted), or a bag whose messages cannot be read.
+    """
+    from heisd_ros.data.rosbag_io import READ_ERRORS, first_messages, image_from_msg
+    from heisd_ros.eval.bag_frames import BagError
+
+    options = {topics.primary: "--topic-primary", topics.wrist: "--topic-wrist"}
+    cameras = [t for t in (topics.primary, topics.wrist) if t]
+    try:
+        first = first_messages(info.path, cameras)
+    except READ_ERRORS as err:
+        raise BagError(f"{info.path}: the camera messages cannot be read ({err}); the bag is "
+                       f"probably truncated") from err
+    for topic, msg in first.items():
+        try:
+            image_from_msg(msg)
+        except ValueError as err:
+            raise BagError(
+                f"{topic} ({info.topics[topic][0]}): {err}. Replay, like the policy node, "
+                f"needs sensor_msgs/msg/Image in rgb8, bgr8 or mono8, or "
+                f"sensor_msgs/msg/CompressedImage in jpeg or png: convert the camera (e.g. "
+                f"image_proc, image_transport republish) or remap with {options[topic]} "
+                f"TOPIC") from err
+
+
 def run(args) -> dict:
     """Check the bag, decode its frames with every method, return the result JSON."""
     from tqdm import tqdm
@@ -71,9 +131,9 @@ def run(args) -> dict:
     from heisd_ros.eval.replay import replay_frames, summarise_replay
 
     methods = check_methods(args.methods)
-    topics = BagTopics(args.topic_primary, args.topic_wrist, args.topic_joint_states,
-                       args.topic_ee_pose)
+    topics = resolve_topics(args)
     info = inspect_bag(args.bag, topics)
+    check_cameras(info, topics)  # before the models load
     instruction = args.instruction or info.custom_data.get("heisd.instruction")
     if not instruction:
         raise BagError(f"{info.path}: the bag carries no instruction (custom data "
@@ -117,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(args.threads)
     try:
         result = run(args)
-    except ValueError as err:  # BagError included: a message for the user, no traceback
+    except (ValueError, FileNotFoundError) as err:  # BagError included: no traceback
         print(f"heisd-replay: {err}", file=sys.stderr)
         return 2
     print(report.format_table(*table_rows(result["methods"])))
