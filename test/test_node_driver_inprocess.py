@@ -24,7 +24,8 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from heisd_ros.nodes.piper_driver_node import PiperDriverConfig, PiperDriverNode  # noqa: E402
+from heisd_ros.nodes.driver_config import PiperDriverConfig  # noqa: E402
+from heisd_ros.nodes.piper_driver_node import PiperDriverNode  # noqa: E402
 from heisd_ros.nodes.robot_msgs import (  # noqa: E402
     ee_command_from_msg,
     ee_command_to_msg,
@@ -107,7 +108,7 @@ def test_shipped_yaml_sets_exactly_the_declared_parameters(start):
     channel = unique_channel("driver-yaml")
     params.update(emulate=True, interface="virtual", can_channel=channel)
     node = start(params)
-    assert not node._config_error, node._config_error
+    assert not node.report.config_error, node.report.config_error
     builtin = {"use_sim_time", "start_type_description_service"}
     declared = {name for name in node._parameters if name not in builtin}
     assert declared == set(params), (

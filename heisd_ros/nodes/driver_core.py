@@ -1,0 +1,285 @@
+"""What the PIPER driver node does, without ROS: connect, enable, start, step, hold, answer.
+
+:class:`DriverCore` sits between the node's callbacks and
+:class:`~heisd_ros.robot.controller.RobotController`: it connects to a silent arm again and
+again, enables it once when asked to, starts the controller, runs each command and tick, turns
+SDK errors into a hold, and answers the node's services with ``(success, message)``. Nothing
+here raises for a lost bus or an arm fault; everything ends up in the
+:class:`~heisd_ros.nodes.driver_report.DriverReport` and in log lines. Stopping never cuts motor
+power (a PIPER drops its arm when disabled): faults and SDK errors *hold* the last target.
+
+No rclpy (only the message helpers of ``robot_msgs``): the node passes its logger (rclpy's,
+for ``throttle_duration_sec``) and the clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+import can
+
+from heisd_ros.nodes.driver_report import LATCHED, DriverReport
+from heisd_ros.nodes.robot_msgs import CAN_FAULTS, fault_message
+from heisd_ros.robot.base import EECommand, RobotError
+from heisd_ros.robot.controller import ControllerStatus, RobotController, StepResult
+
+T = TypeVar("T")
+
+#: What piper_sdk / python-can raise on a broken bus or a disconnected robot.
+SDK_ERRORS = (RobotError, can.CanError, OSError)
+DISABLE_WARNING = "WARNING: a PIPER without motor power drops its arm: support it before disabling"
+#: The controller's reason for a command whose arm part waits for the gripper.
+GRIPPER_WAIT_REASON = "arm waits for the gripper"
+
+
+class Logger(Protocol):
+    """The part of rclpy's logger the core uses (``throttle_duration_sec=`` as a keyword)."""
+
+    def info(self, message: str, **kwargs: Any) -> Any:
+        """Log at INFO."""
+
+    def warning(self, message: str, **kwargs: Any) -> Any:
+        """Log at WARN."""
+
+    def error(self, message: str, **kwargs: Any) -> Any:
+        """Log at ERROR."""
+
+
+class DriverCore:
+    """One PIPER's driver logic around a ready-made controller.
+
+    Args:
+        controller: the controller over the robot; None when the node is not configured
+            (``report.config_error`` says why; every call then refuses with that reason).
+        report: where errors and counters go.
+        logger: rclpy-style logger.
+        can_channel, interface: for log lines.
+        reconnect_period_s: retry a silent arm (and starting the controller) this often, s.
+        enable_on_start: enable the motors once, right after the first connection.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        controller: RobotController | None,
+        report: DriverReport,
+        logger: Logger,
+        *,
+        can_channel: str = "",
+        interface: str = "",
+        reconnect_period_s: float = 2.0,
+        enable_on_start: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.controller = controller
+        self.report = report
+        self.last_result: StepResult | None = None
+        self._log = logger
+        self._can = (can_channel, interface)
+        self._reconnect_period_s = reconnect_period_s
+        self._enable_pending = enable_on_start
+        self._clock = clock
+        self._next_attempt = 0.0
+
+    # ------------------------------------------------------------------ life cycle
+    def started(self, now: float) -> bool:
+        """Connect, enable (when configured) and start the controller; True once started."""
+        ctl, report = self.controller, self.report
+        if ctl is None:
+            return False
+        if ctl.status != ControllerStatus.NOT_STARTED:
+            return True
+        if now < self._next_attempt:
+            return False
+        self._next_attempt = now + self._reconnect_period_s
+        robot = ctl.robot
+        if not robot.is_connected:
+            try:
+                robot.connect()
+            except SDK_ERRORS as exc:
+                reason = f"CAN: cannot connect to the PIPER: {exc}"
+                if reason != report.connect_error:
+                    self._log.error(f"{reason}; retrying every {self._reconnect_period_s:g} s")
+                report.connect_error = reason
+                return False
+            report.connect_error = ""
+            self._log.info(f"connected to the PIPER on '{self._can[0]}' ({self._can[1]})")
+        if self._enable_pending:
+            self._enable_pending = False  # once: a later failure is reported, not retried
+            self.enable()
+        try:
+            result = ctl.start(now)
+        except (ValueError, *SDK_ERRORS) as exc:  # ValueError: the EE is outside the box
+            reason = f"controller not started: {exc}"
+            if reason != report.start_error:
+                self._log.error(reason)
+            report.start_error = reason
+            return False
+        report.start_error = ""
+        self.note(result)
+        return True
+
+    def enable(self) -> str:
+        """Enable the motors; returns "" or the reason it failed (also logged)."""
+        try:
+            self.controller.robot.enable()
+        except SDK_ERRORS as exc:
+            self.report.enable_error = f"enable failed: {exc}"
+            self._log.error(self.report.enable_error)
+            return self.report.enable_error
+        self.report.enable_error = ""
+        self._log.info("motors enabled")
+        return ""
+
+    def not_ready(self) -> str:
+        """Why no command can be executed yet ("" when the controller runs)."""
+        return self.report.not_ready(self.controller)
+
+    def disconnect(self) -> None:
+        """Close the CAN connection; the motors keep their state (no drop)."""
+        if self.controller is not None:
+            self.controller.robot.disconnect()
+
+    # ------------------------------------------------------------------ control side
+    def call(self, what: str, fn: Callable[[], T]) -> T | None:
+        """Run one library call; an SDK error is reported and answered with a hold."""
+        try:
+            return fn()
+        except SDK_ERRORS as exc:
+            self.report.sdk_failed(what, exc, self._clock())
+            self._log.error(
+                f"SDK error in {self.report.sdk_error}; holding", throttle_duration_sec=5.0
+            )
+            try:
+                self.controller.robot.hold()
+            except SDK_ERRORS:
+                pass  # the bus is gone; the arm keeps its own last target
+            return None
+
+    def tick(self) -> None:
+        """The control timer: start when possible, then the controller's periodic work."""
+        now = self._clock()
+        if self.started(now):
+            result = self.call("tick", lambda: self.controller.tick(now))
+            if result is not None:
+                self.note(result)
+
+    def note(self, result: StepResult) -> None:
+        """Keep the newest result for diagnostics; log status changes and a silent bus."""
+        before = self.last_result.status if self.last_result is not None else None
+        self.last_result = result
+        log = self._log
+        if result.state is not None and result.state.faults & CAN_FAULTS:
+            log.error(
+                f"{fault_message(result.state)}; holding (motors stay enabled)",
+                throttle_duration_sec=5.0,
+            )
+        if result.status == before:
+            return
+        detail = result.detail
+        if result.status == ControllerStatus.DISABLED and not detail:
+            detail = "motors off, nothing is sent (~/enable)"
+        text = f"controller {result.status.value}" + (f": {detail}" if detail else "")
+        if result.status in LATCHED:
+            log.error(text + "; holding, ~/clear_fault once the cause is gone")
+        elif result.status in (ControllerStatus.WATCHDOG_HOLD, ControllerStatus.DISABLED):
+            log.warning(text)
+        else:
+            log.info(text)
+
+    def command(self, command: EECommand) -> None:
+        """Run one (well-formed) command, or refuse it with the reason."""
+        if reason := self.not_ready():
+            self.refuse(command.step_index, f"driver not ready: {reason}")
+            return
+        now = self._clock()
+        result = self.call("step", lambda: self.controller.step(command, now))
+        if result is None:
+            self.refuse(command.step_index, f"SDK error: {self.report.sdk_error}")
+            return
+        self.note(result)
+        if result.sent is not None and result.sent.gripper_width_m is not None:
+            self.report.counts["gripper_changes"] += 1
+        if result.rejected_reason:
+            waiting = result.rejected_reason == GRIPPER_WAIT_REASON
+            self.refuse(command.step_index, result.rejected_reason, quiet=waiting)
+            return
+        self.report.executed(command.step_index, result.clamped)
+        if result.clamped:
+            self._log.info(
+                f"EECommand clamped: {self.report.last_clamped}", throttle_duration_sec=2.0
+            )
+
+    def refuse(self, step_index: int, reason: str, quiet: bool = False) -> None:
+        """Count and (unless ``quiet``: the arm waits for the gripper) log a refusal."""
+        self.report.refused(step_index, reason, quiet)
+        if not quiet:
+            self._log.warning(
+                f"EECommand step {step_index} not executed: {reason}", throttle_duration_sec=2.0
+            )
+
+    # ------------------------------------------------------------------ services
+    def enable_service(self) -> tuple[bool, str]:
+        """``~/enable``: motors on; a disabled controller restarts from the measured pose."""
+        if reason := self.connected_or_reason():
+            return False, reason
+        if error := self.enable():
+            return False, error
+        now = self._clock()
+        self._next_attempt = 0.0
+        if self.started(now):  # DISABLED -> RUNNING from the measured pose, right away
+            result = self.call("tick", lambda: self.controller.tick(now))
+            if result is not None:
+                self.note(result)
+        return True, f"motors enabled; controller {self.controller.status.value}"
+
+    def disable_service(self) -> tuple[bool, str]:
+        """``~/disable``: motors off (the answer warns that the arm drops)."""
+        if reason := self.connected_or_reason():
+            return False, reason
+        try:
+            self.controller.robot.disable()
+        except SDK_ERRORS as exc:
+            return False, f"disable failed: {exc}"
+        self._log.warning("motors disabled on request: " + DISABLE_WARNING)
+        return True, f"motors disabled. {DISABLE_WARNING}. Re-enable with ~/enable."
+
+    def estop_service(self) -> tuple[bool, str]:
+        """``~/estop``: the arm's emergency stop; the controller latches ESTOP."""
+        if reason := self.connected_or_reason():
+            return False, reason
+        result = self.call("estop", self.controller.estop)
+        if result is None:
+            return False, f"estop not sent: {self.report.sdk_error}"
+        self.note(result)
+        return True, (
+            "emergency stop sent to the arm; commands are refused until the arm is reset "
+            "(its own reset, 0x150=0x02, cuts motor power: support the arm), then "
+            "~/clear_fault and ~/enable"
+        )
+
+    def clear_fault_service(self) -> tuple[bool, str]:
+        """``~/clear_fault``: leave FAULT/ESTOP once the arm reports no fault."""
+        if reason := self.not_ready():
+            return False, reason
+        try:
+            result = self.call("clear_fault", lambda: self.controller.clear_fault(self._clock()))
+        except ValueError as exc:  # re-synced from a pose outside the workspace box
+            return False, f"fault not cleared: {exc}"
+        if result is None:
+            return False, self.report.sdk_error
+        self.note(result)
+        if result.status in LATCHED:
+            return False, result.rejected_reason or result.detail or result.status.value
+        self.report.clear_sdk_error()
+        return True, f"fault cleared; controller {result.status.value}"
+
+    def connected_or_reason(self) -> str:
+        """Why the arm cannot be commanded (config or connection error); "" when connected."""
+        if self.report.config_error:
+            return self.report.config_error
+        if not self.controller.robot.is_connected:
+            return self.report.connect_error or "not connected to the PIPER yet"
+        return ""
