@@ -19,6 +19,7 @@ from heisd_ros.models.vla_training import (
     VLATrainConfig,
     VLATrainer,
     action_loss,
+    soft_bin_targets,
     split_episodes,
     wilson_interval,
 )
@@ -219,3 +220,29 @@ def test_command_line_trains_resumes_and_writes_model_and_card(tmp_path):
     assert card["data"]["train_episodes"] == 2 and card["data"]["validation_episodes"] == 2
     vla = load_small_vla(tmp_path / "out" / "small_vla.safetensors")
     assert vla.config.num_layers == 1 and vla.action_stats is not None
+
+
+def test_soft_bin_targets_are_centred_distributions_and_keep_the_gripper_exact():
+    bins = torch.tensor([[0, 40, 128, 200, 255, 3, 255], [10, 10, 10, 10, 10, 10, 0]])
+    soft = soft_bin_targets(bins, 3.0)
+    assert torch.allclose(soft.sum(-1), torch.ones(2, 7))
+    assert torch.equal(soft.argmax(-1)[:, :6], bins[:, :6])
+    centre = soft[0, 2]
+    assert torch.isclose(centre[125], centre[131])          # symmetric away from the edges
+    assert float(centre[128]) < 0.2                          # spread, not one-hot
+    assert torch.equal(soft[:, 6], torch.nn.functional.one_hot(bins[:, 6], 256).float())
+    assert torch.equal(soft_bin_targets(bins, 0.0), torch.nn.functional.one_hot(bins, 256).float())
+
+
+def test_soft_labels_train_too():
+    cache = synthetic_cache()
+    vla = SmallVLA.random(TINY, seed=0)
+    train_index, _ = split_episodes(cache, 1)
+    config = VLATrainConfig(steps=30, batch_size=8, lr=3e-3, warmup_steps=2, seed=0,
+                            label_sigma_bins=2.0)
+    trainer = VLATrainer(vla, cache, train_index,
+                         config, ActionStats.from_actions(cache.actions[train_index]))
+    before = trainer.evaluate(train_index)["loss"]
+    for _ in range(30):
+        trainer.train_step()
+    assert trainer.evaluate(train_index)["loss"] < before - 0.3

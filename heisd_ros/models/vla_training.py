@@ -153,6 +153,11 @@ class VLATrainConfig:
             then cosine decay to ``lr * min_lr_ratio``.
         shift_px: random image translation (augmentation), up to this many pixels.
         seed: initialisation, batch order and augmentation.
+        label_sigma_bins: > 0 trains the continuous dimensions on Gaussian soft labels of
+            this width in bins around the expert's bin ("HL-Gauss", Imani & White 2018)
+            instead of one-hot targets: neighbouring bins share the signal, so noisy
+            demonstrations give a unimodal distribution whose argmax is stable. The gripper
+            is always trained one-hot. Validation loss is always the one-hot cross-entropy.
     """
 
     steps: int = 3000
@@ -164,6 +169,7 @@ class VLATrainConfig:
     grad_clip: float = 1.0
     shift_px: int = 2
     seed: int = 0
+    label_sigma_bins: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size"):
@@ -176,6 +182,8 @@ class VLATrainConfig:
                 raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
         if not self.lr > 0:
             raise ValueError(f"lr: expected > 0, got {self.lr!r}")
+        if not self.label_sigma_bins >= 0:
+            raise ValueError(f"label_sigma_bins: expected >= 0, got {self.label_sigma_bins!r}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"min_lr_ratio: expected 0..1, got {self.min_lr_ratio!r}")
         if not (self.weight_decay >= 0 and self.grad_clip > 0):
@@ -212,8 +220,27 @@ def normalise_pixels(images: np.ndarray) -> torch.Tensor:
     return (x - _PIXEL_MEAN) / _PIXEL_STD
 
 
+def soft_bin_targets(bins: torch.Tensor, sigma_bins: float) -> torch.Tensor:
+    """(B, 7) bins -> (B, 7, N_BINS) target distributions over bins.
+
+    Continuous dimensions get a discretised Gaussian of width ``sigma_bins`` centred on the
+    bin (probability of each bin's [b - 0.5, b + 0.5] interval, renormalised over the bins);
+    the gripper (last dimension) and ``sigma_bins == 0`` get one-hot targets.
+    """
+    one_hot = F.one_hot(bins, N_BINS).float()
+    if sigma_bins <= 0:
+        return one_hot
+    edges = torch.arange(N_BINS + 1, dtype=torch.float32) - 0.5                    # (257,)
+    z = (edges[None, None, :] - bins[..., None].float()) / (sigma_bins * math.sqrt(2.0))
+    mass = 0.5 * (torch.erf(z[..., 1:]) - torch.erf(z[..., :-1]))                  # (B, 7, 256)
+    soft = mass / mass.sum(-1, keepdim=True)
+    soft[:, ACTION_DIM - 1] = one_hot[:, ACTION_DIM - 1]
+    return soft
+
+
 def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bins: np.ndarray,
-                proprio: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                proprio: np.ndarray | None = None,
+                label_sigma_bins: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean cross-entropy, (B, 7) predicted bins) of teacher-forced action tokens.
 
     Args:
@@ -222,6 +249,7 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
         prompts: per sample, ``vla.prompt_ids(instruction)`` (bos + text ids).
         bins: (B, 7) int target bins.
         proprio: (B, proprio_dim) float, used when the model has a proprio token.
+        label_sigma_bins: soft-label width (see ``soft_bin_targets``); 0 = cross-entropy.
     """
     net, actions = vla.net, vla.actions
     emb = net.llm.get_input_embeddings()
@@ -249,7 +277,11 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
     logits = actions.action_logits(vla.lm_head(picked)).float()                   # (B, 7, 256)
     # Column c of the action logits is id first_id + c, i.e. bin N_BINS - 1 - c.
     columns = N_BINS - 1 - bins_t
-    loss = F.cross_entropy(logits.reshape(-1, N_BINS), columns.reshape(-1))
+    if label_sigma_bins > 0:
+        target = soft_bin_targets(bins_t, label_sigma_bins).flip(-1)               # by column
+        loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+    else:
+        loss = F.cross_entropy(logits.reshape(-1, N_BINS), columns.reshape(-1))
     return loss, N_BINS - 1 - logits.argmax(-1)
 
 
@@ -297,7 +329,8 @@ class VLATrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.vla.net.train()
-        loss, predicted = action_loss(self.vla, images, prompts, bins, proprio)
+        loss, predicted = action_loss(self.vla, images, prompts, bins, proprio,
+                                      cfg.label_sigma_bins)
         correct = predicted == torch.as_tensor(bins)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -122,7 +122,8 @@ def train(args) -> dict:
         train_episodes = sorted(set(cache.episode[train_index].tolist()))
         stats = ActionStats.from_actions(cache.actions[train_index])
         config = VLATrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                                warmup_steps=args.warmup, shift_px=args.shift_px, seed=args.seed)
+                                warmup_steps=args.warmup, shift_px=args.shift_px, seed=args.seed,
+                                label_sigma_bins=args.label_sigma_bins)
         with torch.random.fork_rng():
             torch.manual_seed(args.seed)
             vla = SmallVLA.random(model_config, seed=args.seed)
@@ -208,6 +209,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=100, help="warmup steps")
     parser.add_argument("--shift-px", type=int, default=2, help="random image shift (augment)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--label-sigma-bins", type=float, default=0.0,
+                        help="Gaussian soft labels of this width (bins) for the continuous "
+                             "dimensions; 0 = one-hot cross-entropy")
     parser.add_argument("--layers", type=int, default=d.num_layers)
     parser.add_argument("--hidden", type=int, default=d.hidden_size)
     parser.add_argument("--intermediate", type=int, default=d.intermediate_size)
