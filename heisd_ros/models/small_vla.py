@@ -35,12 +35,23 @@ class SmallVLANet(nn.Module):
         self.llm = LlamaForCausalLM(config.llama_config())
 
 
+def pose_features(proprio: torch.Tensor) -> torch.Tensor:
+    """(..., 7) ``make_proprio`` vectors -> (..., 10) O(1) features.
+
+    5 x position (m), sin and cos of roll/pitch/yaw (continuous across +-pi), 20 x gripper
+    width (m).
+    """
+    angles = proprio[..., 3:6]
+    return torch.cat([5.0 * proprio[..., :3], torch.sin(angles), torch.cos(angles),
+                      20.0 * proprio[..., 6:7]], dim=-1)
+
+
 class ProprioEncoder(nn.Module):
     """Proprioception vector -> one token in the LLM's embedding space (a two-layer MLP).
 
     With ``proprio_features="pose"`` the vector is read in the ``make_proprio`` layout and
-    featurised as (5 x position m, sin and cos of roll/pitch/yaw, 20 x gripper width m), so
-    that angles near +-pi (a gripper pointing down) are continuous and all inputs are O(1).
+    featurised by :func:`pose_features`, so that angles near +-pi (a gripper pointing down)
+    are continuous and all inputs are O(1).
     """
 
     def __init__(self, config: SmallVLAConfig):
@@ -53,11 +64,7 @@ class ProprioEncoder(nn.Module):
     def forward(self, proprio: torch.Tensor) -> torch.Tensor:
         """(..., proprio_dim) -> (..., hidden_size)."""
         x = proprio.to(self.mlp[0].weight.dtype)
-        if self.pose:
-            angles = x[..., 3:6]
-            x = torch.cat([5.0 * x[..., :3], torch.sin(angles), torch.cos(angles),
-                           20.0 * x[..., 6:7]], dim=-1)
-        return self.mlp(x)
+        return self.mlp(pose_features(x) if self.pose else x)
 
 
 class SmallVLA(TargetVLA):

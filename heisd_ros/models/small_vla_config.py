@@ -34,8 +34,8 @@ class SmallVLAConfig:
             ``make_proprio`` layout (x, y, z m; roll, pitch, yaw rad; gripper width m) and
             feeds sin/cos of the angles, so that a yaw wrapping at +-pi is continuous.
         stem_channels: 0 = a linear patch embedding (ViT style); > 0 = a coordinate-aware
-            convolutional stem of this width (three stride-2 convolutions, then a
-            patch_size_px / 8 strided projection), which localises small objects far better
+            convolutional stem of this width (4x4 stride-4 patchify, a stride-2 convolution,
+            then a patch_size_px / 8 strided projection), which localises small objects far better
             at low resolution. patch_size_px must then be a multiple of 8.
         max_instruction_bytes: longer instructions are cut (UTF-8 bytes).
         max_position_embeddings: upper bound on prompt + action length.

@@ -83,8 +83,10 @@ class ConvStem(nn.Module):
     """(n, 3, S, S) pixels -> (n, D, S / p, S / p) features, p = ``patch_px``.
 
     Two coordinate channels (x, y in [-1, 1]) are appended to the pixels, so that the
-    filters can encode where in the image a feature is; three stride-2 3x3/5x5 convolutions
-    with GroupNorm and GELU follow, then a (p / 8)-strided projection to D channels.
+    filters can encode where in the image a feature is. A 4x4 stride-4 patchify convolution
+    (every pixel of a 4-pixel cell reaches the channels, so objects of a few pixels survive),
+    a 3x3 stride-2 convolution, each with GroupNorm and GELU, then a (p / 8)-strided
+    projection to D channels.
     """
 
     def __init__(self, channels: int, out_dim: int, patch_px: int):
@@ -92,10 +94,8 @@ class ConvStem(nn.Module):
         c = channels
         groups = max(1, min(8, c // 4))
         self.layers = nn.Sequential(
-            nn.Conv2d(5, c, 5, stride=2, padding=2), nn.GroupNorm(groups, c), nn.GELU(),
+            nn.Conv2d(5, c, 4, stride=4), nn.GroupNorm(groups, c), nn.GELU(),
             nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.GroupNorm(groups, 2 * c), nn.GELU(),
-            nn.Conv2d(2 * c, 2 * c, 3, stride=2, padding=1), nn.GroupNorm(groups, 2 * c),
-            nn.GELU(),
             nn.Conv2d(2 * c, out_dim, kernel_size=patch_px // 8, stride=patch_px // 8))
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:

@@ -158,6 +158,8 @@ class VLATrainConfig:
             instead of one-hot targets: neighbouring bins share the signal, so noisy
             demonstrations give a unimodal distribution whose argmax is stable. The gripper
             is always trained one-hot. Validation loss is always the one-hot cross-entropy.
+        aux_weight: weight of the auxiliary vision objective (``vision_pretraining.py``)
+            added to the action loss; 0 = none.
     """
 
     steps: int = 3000
@@ -170,6 +172,7 @@ class VLATrainConfig:
     shift_px: int = 2
     seed: int = 0
     label_sigma_bins: float = 0.0
+    aux_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size"):
@@ -182,6 +185,8 @@ class VLATrainConfig:
                 raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
         if not self.lr > 0:
             raise ValueError(f"lr: expected > 0, got {self.lr!r}")
+        if not self.aux_weight >= 0:
+            raise ValueError(f"aux_weight: expected >= 0, got {self.aux_weight!r}")
         if not self.label_sigma_bins >= 0:
             raise ValueError(f"label_sigma_bins: expected >= 0, got {self.label_sigma_bins!r}")
         if not 0 <= self.min_lr_ratio <= 1:
@@ -239,8 +244,8 @@ def soft_bin_targets(bins: torch.Tensor, sigma_bins: float) -> torch.Tensor:
 
 
 def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bins: np.ndarray,
-                proprio: np.ndarray | None = None,
-                label_sigma_bins: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+                proprio: np.ndarray | None = None, label_sigma_bins: float = 0.0,
+                features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean cross-entropy, (B, 7) predicted bins) of teacher-forced action tokens.
 
     Args:
@@ -250,10 +255,15 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
         bins: (B, 7) int target bins.
         proprio: (B, proprio_dim) float, used when the model has a proprio token.
         label_sigma_bins: soft-label width (see ``soft_bin_targets``); 0 = cross-entropy.
+        features: ``TwoCameraEncoder.features`` of ``images`` if the caller has them already.
     """
     net, actions = vla.net, vla.actions
     emb = net.llm.get_input_embeddings()
-    vision = encode_images(vla, normalise_pixels(images)).to(emb.weight.dtype)
+    if features is None:
+        vision = encode_images(vla, normalise_pixels(images))
+    else:
+        vision = net.vision.projector(features).reshape(len(prompts), -1, vla.config.hidden_size)
+    vision = vision.to(emb.weight.dtype)
     b = len(prompts)
     bins_t = torch.as_tensor(np.asarray(bins), dtype=torch.long)
     targets = actions.token_of_bin(bins_t)                                        # (B, 7) ids
@@ -289,15 +299,26 @@ class VLATrainer:
     """Mini-batch behaviour cloning with AdamW; its whole state is resumable."""
 
     def __init__(self, vla: SmallVLA, cache: DemoCache, train_index: np.ndarray,
-                 config: VLATrainConfig, stats: ActionStats):
+                 config: VLATrainConfig, stats: ActionStats, aux_head=None):
+        from heisd_ros.models.vision_pretraining import VisionAuxHead, aux_targets
+
         self.vla, self.cache, self.config = vla, cache, config
         self.train_index = np.asarray(train_index)
         self.codec = ActionCodec(stats)
         self.bins = np.stack([self.codec.encode(a) for a in cache.actions])
         self.prompts = [vla.prompt_ids(text) for text in cache.episode_instructions]
+        # The auxiliary vision objective (vision_pretraining.py), when it has a weight.
+        self.aux_head = None
+        if config.aux_weight > 0:
+            self.aux_head = aux_head if aux_head is not None else VisionAuxHead(vla)
+            self.aux_targets = aux_targets(self.bins, cache.actions, cache.proprio,
+                                           cache.episode)
         vla.net.train()
-        decay = [p for n, p in vla.net.named_parameters() if p.ndim >= 2]
-        no_decay = [p for n, p in vla.net.named_parameters() if p.ndim < 2]
+        named = list(vla.net.named_parameters())
+        if self.aux_head is not None:
+            named += list(self.aux_head.named_parameters())
+        decay = [p for n, p in named if p.ndim >= 2]
+        no_decay = [p for n, p in named if p.ndim < 2]
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": config.weight_decay},
              {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
@@ -329,12 +350,19 @@ class VLATrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.vla.net.train()
+        features = self.vla.net.vision.features(normalise_pixels(images))
         loss, predicted = action_loss(self.vla, images, prompts, bins, proprio,
-                                      cfg.label_sigma_bins)
+                                      cfg.label_sigma_bins, features=features)
         correct = predicted == torch.as_tensor(bins)
+        if self.aux_head is not None:
+            from heisd_ros.models.vision_pretraining import aux_loss
+
+            loss = loss + cfg.aux_weight * aux_loss(self.aux_head, features, proprio,
+                                                    self.aux_targets[index])
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.vla.net.parameters(), cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_([p for group in self.optimizer.param_groups
+                                        for p in group["params"]], cfg.grad_clip)
         self.optimizer.step()
         self.step += 1
         self.last_loss = float(loss.detach())
@@ -350,11 +378,18 @@ class VLATrainer:
         """
         self.vla.net.eval()
         total, n, correct, exact = 0.0, 0, 0, 0
-        bin_error = np.zeros(ACTION_DIM)
+        bin_error, aux_total = np.zeros(ACTION_DIM), 0.0
         for start in range(0, len(index), batch_size):
             chunk = np.asarray(index[start:start + batch_size])
             images, prompts, bins, proprio = self._batch(chunk, augment=False)
-            loss, predicted = action_loss(self.vla, images, prompts, bins, proprio)
+            features = self.vla.net.vision.features(normalise_pixels(images))
+            loss, predicted = action_loss(self.vla, images, prompts, bins, proprio,
+                                          features=features)
+            if self.aux_head is not None:
+                from heisd_ros.models.vision_pretraining import aux_loss
+
+                aux_total += float(aux_loss(self.aux_head, features, proprio,
+                                            self.aux_targets[chunk])) * len(chunk)
             ok = predicted == torch.as_tensor(bins)
             total += float(loss) * len(chunk)
             n += len(chunk)
@@ -364,11 +399,13 @@ class VLATrainer:
         self.vla.net.train()
         return {"loss": total / max(n, 1), "token_acc": correct / max(n * ACTION_DIM, 1),
                 "action_acc": exact / max(n, 1), "samples": n,
-                "bin_error": (bin_error / max(n, 1)).round(2).tolist()}
+                "bin_error": (bin_error / max(n, 1)).round(2).tolist(),
+                **({"aux_loss": aux_total / max(n, 1)} if self.aux_head is not None else {})}
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights, optimiser, step, batch RNG."""
         return {"model": self.vla.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "aux_head": None if self.aux_head is None else self.aux_head.state_dict(),
                 "step": self.step, "rng": self.rng.bit_generator.state,
                 "last_loss": self.last_loss, "config": self.config.to_dict()}
 
@@ -380,6 +417,8 @@ class VLATrainer:
             if set(changed) - {"steps"}:
                 raise ValueError(f"resume: training config differs in {changed}")
         self.vla.net.load_state_dict(state["model"])
+        if self.aux_head is not None:
+            self.aux_head.load_state_dict(state["aux_head"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
         self.rng.bit_generator.state = state["rng"]

@@ -123,7 +123,8 @@ def train(args) -> dict:
         stats = ActionStats.from_actions(cache.actions[train_index])
         config = VLATrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                                 warmup_steps=args.warmup, shift_px=args.shift_px, seed=args.seed,
-                                label_sigma_bins=args.label_sigma_bins)
+                                label_sigma_bins=args.label_sigma_bins,
+                                aux_weight=args.aux_weight)
         with torch.random.fork_rng():
             torch.manual_seed(args.seed)
             vla = SmallVLA.random(model_config, seed=args.seed)
@@ -137,6 +138,9 @@ def train(args) -> dict:
         val_subset = np.sort(rng.choice(val_index, size=min(args.val_samples, len(val_index)),
                                         replace=False))
         history = card.get("validation", []) if args.resume else []
+        if args.pretrain_vision_steps and not args.resume:
+            card["vision_pretraining"] = run_vision_pretraining(trainer, args, val_subset)
+            card_path.write_text(json.dumps(card, indent=2) + "\n")
         started = time.perf_counter()
         with tqdm(total=config.steps, initial=trainer.step, desc="train", unit="step",
                   disable=args.quiet) as bar:
@@ -194,6 +198,30 @@ def train(args) -> dict:
     return card
 
 
+def run_vision_pretraining(trainer, args, val_subset) -> dict:
+    """Stage 1 (``--pretrain-vision-steps``): the auxiliary objective alone; returns its record."""
+    from tqdm import tqdm
+
+    from heisd_ros.models.vision_pretraining import pretrain_vision
+
+    if trainer.aux_head is None:
+        raise ValueError("--pretrain-vision-steps needs --aux-weight > 0 (the head is shared)")
+    before = trainer.evaluate(val_subset)["aux_loss"]
+    started = time.perf_counter()
+    with tqdm(total=args.pretrain_vision_steps, desc="vision", unit="step",
+              disable=args.quiet) as bar:
+        losses = pretrain_vision(trainer, args.pretrain_vision_steps, args.pretrain_batch_size,
+                                 args.pretrain_lr, progress=lambda loss: (
+                                     bar.update(1), bar.set_postfix(loss=f"{loss:.4f}")))
+    record = {"steps": args.pretrain_vision_steps, "batch_size": args.pretrain_batch_size,
+              "lr": args.pretrain_lr, "val_aux_loss_before": before,
+              "val_aux_loss_after": trainer.evaluate(val_subset)["aux_loss"],
+              "train_aux_loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
+              "wall_time_s": round(time.perf_counter() - started, 1)}
+    tqdm.write(json.dumps(record))
+    return record
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """Command line of ``heisd-train-vla``."""
     from heisd_ros.models.small_vla_config import SmallVLAConfig
@@ -217,6 +245,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--intermediate", type=int, default=d.intermediate_size)
     parser.add_argument("--heads", type=int, default=d.num_heads)
     parser.add_argument("--vision-dim", type=int, default=d.vision_dim)
+    parser.add_argument("--aux-weight", type=float, default=0.0,
+                        help="weight of the auxiliary vision objective next to the action "
+                             "tokens (future EE displacement etc.); 0 = none")
+    parser.add_argument("--pretrain-vision-steps", type=int, default=0,
+                        help="first train the vision encoder on the auxiliary objective alone "
+                             "for this many steps (needs --aux-weight > 0)")
+    parser.add_argument("--pretrain-batch-size", type=int, default=64)
+    parser.add_argument("--pretrain-lr", type=float, default=1e-3)
     parser.add_argument("--vision-layers", type=int, default=d.vision_layers)
     parser.add_argument("--image-size", type=int, default=d.image_size_px,
                         help="camera images are resized to this many pixels square")
