@@ -53,3 +53,17 @@ def test_eval_rejects_unknown_names(capsys):
     assert "valid names are" in capsys.readouterr().err
     assert eval_tool.main(["--suites", "piper_goal", "--tasks", "nope", "--episodes", "1"]) == 2
     assert "--tasks" in capsys.readouterr().err
+
+
+def test_workers_give_the_same_episodes_as_one_process(tiny_target_path, tmp_path, capsys):
+    common = ["--suites", "piper_goal", "--tasks", "red_block_on_plate", "blue_block_in_basket",
+              "--episodes", "1", "--max-steps", "2", "--image-size", "32", "--methods", "ar",
+              "--target", tiny_target_path, "--threads", "1"]
+    assert eval_tool.main([*common, "--json", str(tmp_path / "one.json")]) == 0
+    assert eval_tool.main([*common, "--workers", "2", "--json", str(tmp_path / "two.json")]) == 0
+    one, two = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
+    assert two["config"]["workers"] == 2 and one["config"]["workers"] == 1
+    # Same seeded episodes, same order, same outcomes and lengths (greedy decoding, seeded sim).
+    assert one["episodes"] == two["episodes"]
+    assert eval_tool.main([*common, "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err

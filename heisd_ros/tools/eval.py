@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter-ms", type=float, default=1.0,
                    help="assumed draft-head forward cost on the projected GPU, ms")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes sharing the tasks (each loads the models; give each "
+                        "--threads 1 and keep workers x threads <= CPU cores)")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--report", default=None, help="write report.md and PNG plots here")
     return p
@@ -59,48 +62,80 @@ def run(args):
     """Evaluate; returns (result JSON, episode runs)."""
     from tqdm import tqdm
 
-    from heisd_ros.eval.closed_loop import run_interleaved_episodes, summarise_by_suite
-    from heisd_ros.eval.methods import (
-        build_method,
-        check_methods,
-        make_context,
-        router_stats_for,
-    )
+    from heisd_ros.eval.closed_loop import summarise_by_suite
+    from heisd_ros.eval.methods import check_methods
     from heisd_ros.eval.projection import ComponentCosts, project
-    from heisd_ros.sim.config import SimConfig
 
     methods = check_methods(args.methods)
     tasks = _tasks(args.suites, args.tasks)
-    sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
-    ctx, desc = make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
-                             calibration=args.calibration)
-    per_suite = []
-    for suite in dict.fromkeys(args.suites):
-        # Router statistics are per suite, so the decoders are built per suite.
-        ctx.router_stats = router_stats_for(suite, args.router_stats, args.db)
-        per_suite.append(({m: build_method(m, ctx) for m in methods},
-                          [pair for pair in tasks if pair[0] == suite]))
-    runs = []
+    if args.workers < 1:
+        raise ValueError(f"--workers: expected >= 1, got {args.workers}")
+    workers = min(args.workers, len(tasks))
     with tqdm(total=len(tasks) * args.episodes * len(methods), unit="episode",
               file=sys.stderr) as bar:
-        def progress(suite, task, seed, method, success):
-            bar.set_postfix(task=task, method=method)
-            bar.update(1)
+        if workers == 1:
+            runs, desc = _run_tasks(args, methods, tasks, bar)
+        else:
+            # One job per task; every job interleaves the methods itself, so speed-ups stay
+            # ratios measured side by side in one process.
+            import multiprocessing
 
-        for decoders, suite_tasks in per_suite:
-            runs += run_interleaved_episodes(decoders, suite_tasks, args.episodes, args.seed,
-                                             args.max_steps, sim_config, progress)
+            runs, desc = [], None
+            spawn = multiprocessing.get_context("spawn")   # no fork after EGL/torch init
+            with spawn.Pool(workers) as pool:
+                for task_runs, task_desc in pool.imap_unordered(
+                        _worker, [(args, methods, [pair]) for pair in tasks]):
+                    runs += task_runs
+                    desc = desc or task_desc
+                    bar.update(len(task_runs))
+            order = {pair: i for i, pair in enumerate(tasks)}
+            runs.sort(key=lambda r: (order[(r.suite, r.task)], r.seed, methods.index(r.method)))
     suites = summarise_by_suite(runs)
     config = {"suites": list(args.suites), "tasks": [f"{s}/{t}" for s, t in tasks],
               "methods": methods, "episodes_per_task": args.episodes, "seed": args.seed,
               "max_steps": args.max_steps, "image_size_px": args.image_size,
-              "threads": _threads()}
+              "threads": _threads(), "workers": workers}
     costs = ComponentCosts(drafter_forward_ms=args.drafter_ms)
     result = {**desc, "config": config, "suites": suites,
               "projection": project(suites["all"], costs),
               "episodes": [{"suite": r.suite, "task": r.task, "seed": r.seed, "method": r.method,
                             "success": r.success, "steps": len(r.steps)} for r in runs]}
     return result, runs
+
+
+def _run_tasks(args, methods, tasks, bar=None):
+    """Episodes of ``tasks`` (suite, task pairs) for every method; returns (runs, model info)."""
+    from heisd_ros.eval.closed_loop import run_interleaved_episodes
+    from heisd_ros.eval.methods import build_method, make_context, router_stats_for
+    from heisd_ros.sim.config import SimConfig
+
+    sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
+    ctx, desc = make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
+                             calibration=args.calibration)
+
+    def progress(suite, task, seed, method, success):
+        if bar is not None:
+            bar.set_postfix(task=task, method=method)
+            bar.update(1)
+
+    runs = []
+    for suite in dict.fromkeys(s for s, _ in tasks):
+        # Router statistics are per suite, so the decoders are built per suite.
+        ctx.router_stats = router_stats_for(suite, args.router_stats, args.db)
+        decoders = {m: build_method(m, ctx) for m in methods}
+        runs += run_interleaved_episodes(decoders, [p for p in tasks if p[0] == suite],
+                                         args.episodes, args.seed, args.max_steps, sim_config,
+                                         progress)
+    return runs, desc
+
+
+def _worker(job):
+    """One ``--workers`` process: its share of the tasks."""
+    from heisd_ros.tools._common import set_threads
+
+    args, methods, tasks = job
+    set_threads(args.threads)
+    return _run_tasks(args, methods, tasks)
 
 
 def _threads() -> int:
