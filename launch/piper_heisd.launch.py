@@ -2,10 +2,15 @@
 
 Examples::
 
-    ros2 launch heisd_ros piper_heisd.launch.py                       # MuJoCo sim
+    ros2 launch heisd_ros piper_heisd.launch.py                       # MuJoCo sim, heisd
     ros2 launch heisd_ros piper_heisd.launch.py sim:=false can_port:=can0 \
         model:=/path/small_vla.safetensors db:=/path/heisd_db task:=red_block_on_plate
-    ros2 launch heisd_ros piper_heisd.launch.py rviz:=true
+    ros2 launch heisd_ros piper_heisd.launch.py method:=ar rviz:=true  # AR baseline
+
+``db`` is the directory ``heisd-build-db`` (and ``heisd-calibrate``) wrote: the retrieval
+node serves it and the policy reads the router statistics of the task's suite and the
+verify-skip calibration from it. Without them a router method (``heisd``, ``router_*``) runs
+as drafter SD and every HybridStep status says why.
 
 The nodes, their config files and remappings, and how the arguments become parameters come
 from ``heisd_ros.nodes.graph`` — the same table ``heisd-bringup`` reads, so the two cannot
@@ -14,6 +19,7 @@ drift. ``launch``/``launch_ros`` are imported inside :func:`generate_launch_desc
 """
 
 from heisd_ros.nodes.graph import (
+    ARGUMENT_HELP,
     LAUNCH_ARGUMENTS,
     PACKAGE,
     RVIZ_CONFIG,
@@ -22,15 +28,6 @@ from heisd_ros.nodes.graph import (
     nodes_for,
     parse_bool,
 )
-
-ARGUMENT_HELP = {
-    "sim": "true: MuJoCo sim node; false: the real PIPER driver",
-    "model": "small-VLA safetensors for the policy ('' = shipped weights / random init)",
-    "db": "retrieval DB directory ('' = config/retrieval_node.yaml's)",
-    "can_port": "CAN interface of the PIPER (sim:=false)",
-    "task": "sim task and retrieval collection ('' = the YAML's)",
-    "rviz": "true: start rviz2 with config/heisd.rviz",
-}
 
 
 def _nodes(context):

@@ -21,8 +21,8 @@ from heisd_ros.tools import bringup
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH_FILE = REPO / "launch" / "piper_heisd.launch.py"
-ARGS = {"sim": "true", "model": "/m/vla.safetensors", "db": "/d/db", "can_port": "can1",
-        "task": "stack_blue_on_red", "rviz": "true"}
+ARGS = {"sim": "true", "method": "router_skip", "model": "/m/vla.safetensors", "db": "/d/db",
+        "can_port": "can1", "task": "stack_blue_on_red", "rviz": "true"}
 
 
 class _Recorder:
@@ -84,8 +84,9 @@ def test_launch_and_bringup_start_the_same_nodes(monkeypatch, sim):
     description = module.generate_launch_description()
     declared = {a.args[0]: a.kwargs["default_value"] for a in description[:-1]}
     assert declared == graph.LAUNCH_ARGUMENTS
-    for name in ("sim", "model", "db", "can_port", "task", "rviz"):
+    for name in ("sim", "method", "model", "db", "can_port", "task", "rviz"):
         assert name in declared
+    assert {a.args[0]: a.kwargs["description"] for a in description[:-1]} == graph.ARGUMENT_HELP
     description[-1].kwargs["function"](None)
 
     plan = bringup.node_plan({k: v for k, v in values.items() if k != "rviz"})
@@ -104,14 +105,49 @@ def test_launch_and_bringup_start_the_same_nodes(monkeypatch, sim):
 
 def test_arguments_become_the_right_parameters():
     overrides = graph.launch_overrides(ARGS)
-    assert overrides["policy_node"] == {"model.path": "/m/vla.safetensors",
-                                        "task": "stack_blue_on_red"}
+    assert overrides["policy_node"] == {"method": "router_skip", "model.path": "/m/vla.safetensors",
+                                        "model.db_dir": "/d/db", "task": "stack_blue_on_red"}
     assert overrides["retrieval_node"] == {"store.path": "/d/db"}
     assert overrides["piper_driver_node"] == {"can_channel": "can1"}
     assert overrides["sim_node"] == {"task": "stack_blue_on_red"}
     assert "policy_node" not in graph.launch_overrides({"model": ""})
     with pytest.raises(ValueError, match="unknown launch arguments"):
         graph.launch_overrides({"modle": "x"})
+
+
+def test_method_names_are_the_hybrid_decoders():
+    """graph.METHODS mirrors hybrid.METHODS (graph must not import torch for the launch)."""
+    from heisd_ros.decoding.hybrid import METHODS
+
+    assert graph.METHODS == tuple(METHODS)
+    assert graph.LAUNCH_ARGUMENTS["method"] == ""  # "" = the YAML's, which is heisd
+    policy = yaml.safe_load((REPO / "config" / "policy_node.yaml").read_text())
+    assert policy["policy_node"]["ros__parameters"]["method"] == "heisd"
+    assert policy["policy_node"]["ros__parameters"]["model"]["db_dir"] == yaml.safe_load(
+        (REPO / "config" / "retrieval_node.yaml").read_text())["retrieval_node"][
+        "ros__parameters"]["store"]["path"]  # both default to the same DB directory
+
+
+@pytest.mark.parametrize("method", graph.METHODS)
+def test_every_method_is_accepted(method):
+    assert graph.launch_overrides({"method": method})["policy_node"] == {"method": method}
+
+
+@pytest.mark.parametrize("bad", ["hiesd", "HEISD", " heisd", "drafter,ar"])
+def test_an_unknown_method_is_refused_naming_the_valid_ones(monkeypatch, capsys, bad):
+    with pytest.raises(ValueError) as err:
+        graph.launch_overrides({"method": bad})
+    assert str(err.value) == (f"method: unknown method {bad!r}; valid: ar, drafter, "
+                              f"drafter_relaxed, retrieval, router_only, router_skip, heisd")
+    # the launch file: the same error from its OpaqueFunction, and no node is started
+    launched = _fake_launch(monkeypatch, {**ARGS, "method": bad})
+    description = _load_launch_module().generate_launch_description()
+    with pytest.raises(ValueError, match="unknown method"):
+        description[-1].kwargs["function"](None)
+    assert launched == []
+    # heisd-bringup: a message and exit code 2, nothing started
+    assert bringup.main(["--dry-run", "--method", bad]) == 2
+    assert capsys.readouterr().err.startswith("heisd-bringup: method: unknown method")
 
 
 @pytest.mark.parametrize("spec", graph.NODES, ids=lambda s: s.name)
@@ -148,9 +184,10 @@ def test_rviz_config_shows_path_markers_and_both_cameras():
 
 
 def test_bringup_dry_run_and_ros_arguments(capsys):
-    assert bringup.main(["--dry-run", "--task", "stack_blue_on_red"]) == 0
+    assert bringup.main(["--dry-run", "--task", "stack_blue_on_red", "--db", "/d/db"]) == 0
     out = capsys.readouterr().out
     assert "sim_node:" in out and "'task': 'stack_blue_on_red'" in out
+    assert "'model.db_dir': '/d/db'" in out and "'store.path': '/d/db'" in out
     plan = bringup.node_plan({"sim": "false"})
     args = bringup.ros_arguments(plan)
     assert args[0] == "--ros-args"

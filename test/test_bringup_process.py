@@ -1,4 +1,8 @@
-"""heisd-bringup for real: the sim graph in one process answers with EE commands over DDS."""
+"""heisd-bringup for real: the sim graph in one process answers with EE commands over DDS.
+
+With the default method (heisd) and a DB directory that does not exist, the policy runs as
+drafter SD and says so; the retrieval node reports the missing DB; nothing dies.
+"""
 
 from __future__ import annotations
 
@@ -47,7 +51,10 @@ def test_bringup_runs_the_sim_graph_in_one_process(tmp_path):
         assert len(commands) >= 3, text[-4000:]
         assert statuses and statuses[-1].task == "blue_block_in_basket"
         assert "retrieval DB unavailable" in text  # the missing DB is reported, nothing dies
-        assert "policy configured: method 'drafter'" in text
+        # the default method, heisd: `--db` is the policy's DB too; without it, drafter SD
+        assert "policy configured: method 'heisd'" in text
+        assert ("policy: WARNING: heisd runs as drafter SD: no router statistics "
+                f"(model.db_dir '{tmp_path / 'no_db'}' is not a directory") in text
     finally:
         proc.send_signal(signal.SIGINT)
         try:

@@ -179,16 +179,32 @@ def test_a_bad_model_path_fails_cleanly_with_the_reason(graph):
     assert policy.commands_sent == len(out["cmd"])  # every command came from the good node
 
 
-def test_a_router_method_without_router_statistics_names_the_parameter(graph):
+def test_the_default_method_without_a_db_runs_as_drafter_sd_and_says_so(graph, caplog):
+    """The default method, heisd, with no router statistics: configured, degraded, warned."""
     policy = graph[0]
-    node = PolicyNode("no_stats_policy", context=policy.context, parameter_overrides=[
-        Parameter("method", value="heisd"),
+    node = PolicyNode("no_db_policy", context=policy.context, parameter_overrides=[
         Parameter("model.path", value=policy.model_config.path),
-        Parameter("model.drafter_path", value=policy.model_config.drafter_path)])
+        Parameter("model.drafter_path", value=policy.model_config.drafter_path),
+        Parameter("model.db_dir", value="/nonexistent/heisd_db")])
+    try:
+        assert node.config.method == "heisd"
+        assert node.config_error == "" and node.decoder is not None
+        assert node.decoder.degraded.startswith("heisd runs as drafter SD: no router "
+                                                "statistics (model.db_dir '/nonexistent/heisd_db'")
+        assert f"policy: WARNING: {node.decoder.degraded}" in caplog.text  # stderr when run
+    finally:
+        node.destroy_node()
+
+
+def test_an_unknown_method_is_a_configuration_error_naming_the_valid_ones(graph):
+    node = PolicyNode("bad_method_policy", context=graph[0].context, parameter_overrides=[
+        Parameter("method", value="hiesd")])
     try:
         assert node.decoder is None
-        assert node.config_error.startswith("policy not configured: ValueError: "
-                                            "model.router_stats_path: method 'heisd'")
+        assert node.config_error == ("policy not configured: invalid parameters: method: "
+                                     "unknown method 'hiesd'; "
+                                     "valid: ar, drafter, drafter_relaxed, retrieval, "
+                                     "router_only, router_skip, heisd")
     finally:
         node.destroy_node()
 

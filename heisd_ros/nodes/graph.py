@@ -8,8 +8,11 @@ Pure Python: no rclpy, no launch.
 
 Launch arguments (both front ends):
     ``sim`` ("true"/"false"): MuJoCo sim node instead of the PIPER driver.
+    ``method``: the policy's decoder, one of :data:`METHODS` ("" = the YAML's, ``heisd``).
     ``model``: small-VLA safetensors for the policy ("" = shipped weights or a random init).
-    ``db``: retrieval DB directory for the retrieval node ("" = the YAML's).
+    ``db``: DB directory built by ``heisd-build-db`` ("" = the YAMLs', ``heisd_db``): the
+        retrieval node's ``store.path`` and the policy's ``model.db_dir``, where the policy
+        finds the router statistics of the task's suite and the verify-skip calibration.
     ``can_port``: CAN interface of the real arm (driver only).
     ``task``: sim task name and retrieval collection ("" = the YAML's).
     ``rviz`` ("true"/"false"): also start rviz2 with ``config/heisd.rviz`` (launch only).
@@ -20,14 +23,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+#: The policy's decoder names: ``heisd_ros.decoding.hybrid.METHODS`` (test/test_bringup.py
+#: keeps the two equal; importing it here would load torch into every ``ros2 launch``).
+METHODS: tuple[str, ...] = ("ar", "drafter", "drafter_relaxed", "retrieval", "router_only",
+                            "router_skip", "heisd")
 #: Launch arguments and their defaults (strings, as launch passes them).
 LAUNCH_ARGUMENTS: dict[str, str] = {
-    "sim": "true", "model": "", "db": "", "can_port": "can0", "task": "", "rviz": "false",
+    "sim": "true", "method": "", "model": "", "db": "", "can_port": "can0", "task": "",
+    "rviz": "false",
+}
+#: What each launch argument does (``ros2 launch ... --show-args``, ``heisd-bringup --help``).
+ARGUMENT_HELP: dict[str, str] = {
+    "sim": "true: MuJoCo sim node; false: the real PIPER driver",
+    "method": f"policy decoder, one of {', '.join(METHODS)} "
+              "('' = config/policy_node.yaml's, heisd)",
+    "model": "small-VLA safetensors for the policy ('' = shipped weights / random init)",
+    "db": "DB directory from heisd-build-db: the retrieval node's store and the policy's "
+          "router statistics and calibration ('' = the YAMLs', heisd_db)",
+    "can_port": "CAN interface of the PIPER (sim:=false)",
+    "task": "sim task and retrieval collection ('' = the YAML's)",
+    "rviz": "true: start rviz2 with config/heisd.rviz",
 }
 #: Launch argument -> (node name, parameter name) it sets when not empty.
 ARGUMENT_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {
+    "method": (("policy_node", "method"),),
     "model": (("policy_node", "model.path"),),
-    "db": (("retrieval_node", "store.path"),),
+    "db": (("retrieval_node", "store.path"), ("policy_node", "model.db_dir")),
     "can_port": (("piper_driver_node", "can_channel"),),
     "task": (("sim_node", "task"), ("policy_node", "task")),
 }
@@ -91,15 +112,25 @@ def nodes_for(sim: bool) -> tuple[NodeSpec, ...]:
     return tuple(spec for spec in NODES if spec.when in wanted)
 
 
+def check_method(value: str) -> str:
+    """``value`` if it names a decoder of :data:`METHODS` ("" = the YAML's); else ValueError."""
+    text = str(value)
+    if text and text not in METHODS:
+        raise ValueError(f"method: unknown method {text!r}; valid: {', '.join(METHODS)}")
+    return text
+
+
 def launch_overrides(arguments: dict[str, str]) -> dict[str, dict[str, str]]:
     """Parameter overrides per node name from launch arguments (empty arguments set nothing).
 
     Raises:
-        ValueError: an unknown argument name (the message lists the valid ones).
+        ValueError: an unknown argument name (the message lists the valid ones), or a
+            ``method`` that is not one of :data:`METHODS` (the message lists them).
     """
     unknown = sorted(set(arguments) - set(LAUNCH_ARGUMENTS))
     if unknown:
         raise ValueError(f"unknown launch arguments {unknown}; valid: {list(LAUNCH_ARGUMENTS)}")
+    check_method(arguments.get("method", LAUNCH_ARGUMENTS["method"]))
     overrides: dict[str, dict[str, str]] = {}
     for argument, targets in ARGUMENT_PARAMETERS.items():
         value = str(arguments.get(argument, LAUNCH_ARGUMENTS[argument]))

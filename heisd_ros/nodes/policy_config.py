@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from heisd_ros.nodes.graph import check_method
 from heisd_ros.nodes.retrieval_client import DEFAULT_SERVICE
 
 
@@ -17,8 +18,9 @@ class PolicyNodeConfig:
     """Settings of the policy node (inputs have ``input.*``, models ``model.*``).
 
     Attributes:
-        method: decoder: "ar", "drafter", or a hybrid method ("retrieval", "router_only",
-            "router_skip", "heisd", "drafter_relaxed").
+        method: decoder: "heisd" (the full method), "ar", "drafter", or another hybrid
+            method ("retrieval", "router_only", "router_skip", "drafter_relaxed"). Router
+            methods without router statistics (``model.db_dir``) run as drafter SD.
         image_transport: "raw" (sensor_msgs/Image) or "compressed" (CompressedImage on
             ``<topic>/compressed``).
         third_person_topic, wrist_topic: camera topics.
@@ -34,7 +36,7 @@ class PolicyNodeConfig:
         latency_window: steps in the latency statistics.
     """
 
-    method: str = "drafter"
+    method: str = "heisd"
     image_transport: str = "raw"
     third_person_topic: str = "/camera/third_person/image_raw"
     wrist_topic: str = "/camera/wrist/image_raw"
@@ -49,6 +51,9 @@ class PolicyNodeConfig:
     latency_window: int = 500
 
     def __post_init__(self) -> None:
+        if not self.method:
+            raise ValueError("method: expected a decoder name, got ''")
+        check_method(self.method)
         if self.image_transport not in ("raw", "compressed"):
             raise ValueError(f"image_transport: expected 'raw' or 'compressed', got "
                              f"{self.image_transport!r}")

@@ -11,19 +11,46 @@ Strict gripper: ``gripper_from_target`` is True when the target VLA produced the
 token, which holds for AR, for exact drafts and for every verified hybrid step (the hybrid's
 acceptance rules never take a draft gripper token that differs from the target's); it is
 False for a verify-skipped retrieval draft, which the target never saw.
+
+Which files (``model.*``):
+
+- draft head: ``drafter_path``, else the shipped head (``heisd_ros/assets/
+  draft_head.safetensors``) when the target is the VLA it was trained for (the shipped small
+  VLA), else a seeded untrained head (exact, no speed-up; a warning says so). A head whose
+  card names another target file (sha256) than the loaded one is refused.
+- router statistics and calibration: the explicit ``router_stats_path`` /
+  ``calibration_path`` (a file that cannot be read fails the configure step), else from
+  ``db_dir`` (the DB directory, launch argument ``db``): ``router_stats_<suite>.json`` of the
+  task's suite (resolved per task, so a new sim episode of another suite switches) and
+  ``calibration.json``. A router method (``router_only``, ``router_skip``, ``heisd``) without
+  router statistics runs as drafter SD: one warning per reason, and every HybridStep status
+  says why (:class:`RoutedHybrid`).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
-from dataclasses import dataclass, field
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from heisd_ros.robot.base import CommandSource
+from heisd_ros.tools._common import DEFAULT_TARGET_PATH, file_digest
 
 BASIC_METHODS = ("ar", "drafter")
+#: The draft head shipped with the small VLA (trained for ``DEFAULT_TARGET_PATH``).
+SHIPPED_DRAFT_HEAD = DEFAULT_TARGET_PATH.with_name("draft_head.safetensors")
+#: File names ``heisd-build-db`` / ``heisd-calibrate`` write in the DB directory.
+ROUTER_STATS_PREFIX, CALIBRATION_FILE = "router_stats_", "calibration.json"
+#: How heisd-train-drafter's card names its target: ``"<path> (sha256 <16 hex>)"``.
+_CARD_SHA = re.compile(r"\(sha256 ([0-9a-f]{8,64})\)")
+_LOG = logging.getLogger("heisd_ros.policy")
 # HybridStep constants (msg/HybridStep.msg).
 ROUTER_OFF, DRAFT_NONE, DRAFT_DRAFTER, DRAFT_RETRIEVAL = 2, 0, 1, 2
 
@@ -34,11 +61,15 @@ class ModelConfig:
 
     Attributes:
         path: small-VLA safetensors; "" = the shipped weights, else a seeded random init.
-        drafter_path: draft-head safetensors; "" = an untrained head (drafting still runs,
-            exactly: the output equals AR, only slower).
-        router_stats_path: router statistics JSON, as heisd-build-db writes it next to the DB
-            (``router_stats_<suite>.json``); the router methods need it, "" = none.
-        calibration_path: verify-skip calibration JSON; "" = the configured thresholds.
+        drafter_path: draft-head safetensors; "" = the shipped head when the target is the
+            shipped small VLA, else an untrained head (exact: the output equals AR, slower).
+        db_dir: DB directory from heisd-build-db (launch argument ``db``); the router
+            statistics of the task's suite (``router_stats_<suite>.json``) and the
+            verify-skip calibration (``calibration.json``) are read from it; "" = none.
+        router_stats_path: router statistics JSON; "" = from ``db_dir`` per task (router
+            methods without any run as drafter SD).
+        calibration_path: verify-skip calibration JSON; "" = ``db_dir``'s, else the
+            configured thresholds.
         random_seed: seed of the random initialisations.
         threads: torch CPU threads; 0 = torch's default.
         retrieval_k: retrieval candidates per step.
@@ -47,6 +78,7 @@ class ModelConfig:
 
     path: str = ""
     drafter_path: str = ""
+    db_dir: str = ""
     router_stats_path: str = ""
     calibration_path: str = ""
     random_seed: int = 0
@@ -86,8 +118,10 @@ class DecodedStep:
 class BasicDecoder:
     """``ar`` / ``drafter``: an ActionDecoder behind the node's seam."""
 
-    def __init__(self, decoder) -> None:
+    def __init__(self, decoder, description: str = "") -> None:
         self.decoder = decoder
+        self.description = description
+        self.degraded = ""
 
     def begin_episode(self, task: str | None = None) -> None:
         """Nothing is kept between actions."""
@@ -117,8 +151,10 @@ class BasicDecoder:
 class HybridAdapter:
     """A HybridDecoder behind the node's seam."""
 
-    def __init__(self, decoder) -> None:
+    def __init__(self, decoder, description: str = "") -> None:
         self.decoder = decoder
+        self.description = description
+        self.degraded = ""
 
     def begin_episode(self, task: str | None = None) -> None:
         """New episode: forget the EE history, gripper state and demotions."""
@@ -146,6 +182,114 @@ class HybridAdapter:
                            np.asarray(result.bins, dtype=np.int64), source, not skipped, fields)
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A file the policy uses (None: none) and where it came from, or why there is none."""
+
+    path: str | None
+    note: str
+    explicit: bool = False
+
+
+class RoutedHybrid:
+    """A router method (``router_only``, ``router_skip``, ``heisd``) behind the node's seam.
+
+    Router statistics belong to a task suite, and the task arrives with the episode (or the
+    observation), so the decoder is chosen per task: one HybridDecoder per statistics file
+    (each keeps its own online skip threshold), and a drafter-SD decoder when no statistics
+    resolve, whose steps all carry the reason in their status (``HybridStep.status``).
+
+    Attributes:
+        method: the router method asked for.
+        current: the HybridAdapter in use (None before the first task).
+        degraded: "" while routing; else why this runs as drafter SD.
+        description: what runs and with which files (for logs and diagnostics).
+    """
+
+    def __init__(self, method: str, make: Callable[[str | None], Any],
+                 resolve: Callable[[str], Resolved], warn: Callable[[str], None] | None = None,
+                 details: str = "") -> None:
+        """Route per task.
+
+        Args:
+            method: the router method.
+            make: ``make(stats_path or None)`` builds a HybridDecoder (None: drafter SD).
+            resolve: ``resolve(task)`` finds the task's router statistics.
+            warn: gets each new reason to run as drafter SD.
+            details: the draft head and calibration, for :attr:`description`.
+        """
+        from heisd_ros.decoding.retrieval_source import task_of
+
+        self.method = method
+        self._make, self._resolve, self._warn = make, resolve, warn or _warn
+        self._task_of = task_of
+        self._details = details
+        self._adapters: dict[str | None, HybridAdapter] = {}
+        self._resolved: dict[str, Resolved] = {}
+        self._warned: set[str] = set()
+        self._task: str | None = None
+        self.current: HybridAdapter | None = None
+        self.degraded = ""
+        self.description = f"{method}: router statistics per task (none chosen yet); {details}"
+
+    def select(self, task: str | None) -> bool:
+        """Use the decoder for ``task``'s router statistics; True when that changed it.
+
+        Raises:
+            OSError, ValueError: explicit router statistics that do not load.
+        """
+        key = task or ""
+        res = self._resolved.get(key)
+        if res is None:
+            res = self._resolved[key] = self._resolve(key)
+        adapter = self._adapters.get(res.path)
+        if adapter is None:
+            try:
+                adapter = HybridAdapter(self._make(res.path))
+            except (OSError, ValueError, KeyError) as exc:
+                if res.explicit or res.path is None:
+                    raise
+                res = self._resolved[key] = Resolved(
+                    None, f"router statistics {res.path} do not load ({exc})")
+                adapter = self._adapters.get(None) or HybridAdapter(self._make(None))
+            self._adapters[res.path] = adapter
+        if res.path is None:
+            self.degraded = f"{self.method} runs as drafter SD: {res.note}"
+            self.description = f"{self.degraded}; {self._details}"
+            if self.degraded not in self._warned:
+                self._warned.add(self.degraded)
+                self._warn(self.degraded)
+        else:
+            self.degraded = ""
+            self.description = (f"{self.method}: router statistics {res.path} ({res.note}); "
+                                f"{self._details}")
+        changed, self.current = adapter is not self.current, adapter
+        return changed
+
+    def begin_episode(self, task: str | None = None) -> None:
+        """New episode of ``task`` (None: the observations' task): reset, pick its decoder."""
+        self._task = task
+        if task:
+            self.select(task)
+        for adapter in self._adapters.values():
+            adapter.begin_episode(task)
+
+    def episode_end(self, success: bool) -> None:
+        """Adapt the verify-skip threshold of the decoder that ran the episode."""
+        if self.current is not None:
+            self.current.episode_end(success)
+
+    def decode(self, observation) -> DecodedStep:
+        """Decode one action with the decoder of the observation's task."""
+        if self.select(self._task or self._task_of(observation)):
+            self.current.begin_episode(self._task)  # it was idle: start it fresh
+        step = self.current.decode(observation)
+        if self.degraded:
+            own = step.fields.get("status")
+            step.fields["status"] = f"{self.degraded}; {own}" if own else self.degraded
+        return step
+
+
 def load_target(config: ModelConfig):
     """(target, description) of the configured VLA; raises with the reason on a bad path."""
     from heisd_ros.tools._common import load_target as load
@@ -157,23 +301,197 @@ def load_target(config: ModelConfig):
     return load(config.path or None, seed=config.random_seed)
 
 
-def build_decoder(method: str, target, config: ModelConfig, retrieval_client=None):
+def target_file(config: ModelConfig) -> Path | None:
+    """The small-VLA file :func:`load_target` loads (None: a random initialisation)."""
+    if config.path:
+        return Path(config.path)
+    return DEFAULT_TARGET_PATH if DEFAULT_TARGET_PATH.is_file() else None
+
+
+def draft_head_target(path) -> tuple[str | None, str]:
+    """(sha256 prefix, description) of the target a draft head was trained for.
+
+    heisd-train-drafter records its target in the head's ``card`` metadata as
+    ``"<path> (sha256 <16 hex>)"``; (None, "") when the head does not say.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            card = json.loads((handle.metadata() or {}).get("card", "{}"))
+    except (OSError, ValueError, SafetensorError):
+        return None, ""
+    text = str(card.get("target", "")) if isinstance(card, dict) else ""
+    match = _CARD_SHA.search(text)
+    return (match.group(1) if match else None), text
+
+
+def _same_sha(a: str, b: str) -> bool:
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+def resolve_draft_head(config: ModelConfig, target, warn: Callable[[str], None] | None = None):
+    """(draft head, description): ``drafter_path``, else the shipped head, else untrained.
+
+    The shipped head is taken when the target is the one it was trained for (the shipped
+    small VLA, by sha256); any other target gets a seeded untrained head (exact, no
+    speed-up) and a warning.
+
+    Raises:
+        ValueError: ``drafter_path`` names a head trained for another target (its card's
+            sha256 differs from the loaded target file's), or does not fit the target.
+        FileNotFoundError: ``drafter_path`` does not exist.
+    """
+    from heisd_ros.models.checkpoint import load_draft_head
+
+    file = target_file(config)
+    sha = file_digest(file) if file is not None and file.is_file() else None
+    loaded = (f"{file} (sha256 {sha})" if sha
+              else f"a random-init small VLA (seed={config.random_seed})")
+    if config.drafter_path:
+        head = load_draft_head(config.drafter_path, target)
+        recorded, text = draft_head_target(config.drafter_path)
+        if recorded is None:
+            return head, f"draft head {config.drafter_path} (target not recorded, not checked)"
+        if sha is None or not _same_sha(recorded, sha):
+            raise ValueError(f"model.drafter_path: {config.drafter_path} was trained for the "
+                             f"target {text}, but the loaded target is {loaded}; use a draft "
+                             f"head trained for this target (heisd-train-drafter --target ...) "
+                             f"or set model.path to the target it was trained for")
+        return head, f"draft head {config.drafter_path} (trained for this target)"
+    if SHIPPED_DRAFT_HEAD.is_file():
+        recorded, text = draft_head_target(SHIPPED_DRAFT_HEAD)
+        if (sha is not None and recorded is not None and _same_sha(recorded, sha)) or (
+                recorded is None and file == DEFAULT_TARGET_PATH):
+            return (load_draft_head(SHIPPED_DRAFT_HEAD, target),
+                    f"shipped draft head {SHIPPED_DRAFT_HEAD}")
+        reason = (f"the shipped draft head is for the shipped small VLA "
+                  f"({text or DEFAULT_TARGET_PATH}), the target is {loaded}")
+    else:
+        reason = f"no shipped draft head at {SHIPPED_DRAFT_HEAD}"
+    import torch
+
+    from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
+
+    with torch.random.fork_rng():
+        torch.manual_seed(config.random_seed)
+        head = DraftHead(DraftHeadConfig.for_target(target))
+    description = (f"untrained draft head (seed={config.random_seed}): exact but no speed-up "
+                   f"({reason}); set model.drafter_path to one from heisd-train-drafter")
+    (warn or _warn)(description)
+    return head.to(dtype=target.language_model.dtype).eval(), description
+
+
+def router_stats_files(db_dir: str) -> dict[str, Path]:
+    """``{suite: path}`` of the ``router_stats_<suite>.json`` in ``db_dir`` (may be empty)."""
+    root = Path(db_dir) if db_dir else None
+    if root is None or not root.is_dir():
+        return {}
+    return {p.name[len(ROUTER_STATS_PREFIX):-len(".json")]: p
+            for p in sorted(root.glob(f"{ROUTER_STATS_PREFIX}*.json")) if p.is_file()}
+
+
+def suites_of_task(task: str) -> list[str]:
+    """The simulator suites that have a task called ``task`` (empty for other tasks)."""
+    from heisd_ros.sim.suites import list_suites, list_tasks
+
+    return [suite for suite in list_suites() if task in list_tasks(suite)]
+
+
+def resolve_router_stats(config: ModelConfig, task: str) -> Resolved:
+    """The router statistics for ``task``: explicit, else ``db_dir``'s for the task's suite.
+
+    In ``db_dir``, the suite is the simulator suite of ``task`` (a task name in several
+    suites whose statistics are all there is ambiguous), else, for a task of no simulator
+    suite (or none known yet), the DB's only suite. None (with the reason) otherwise.
+    """
+    if config.router_stats_path:
+        return Resolved(config.router_stats_path, "model.router_stats_path", explicit=True)
+    if not config.db_dir:
+        return Resolved(None, "no router statistics (model.db_dir, the launch argument db, "
+                              "and model.router_stats_path are empty)")
+    db = Path(config.db_dir)
+    if not db.is_dir():
+        return Resolved(None, f"no router statistics (model.db_dir {str(db.absolute())!r} is "
+                              f"not a directory; build it with heisd-build-db)")
+    found = router_stats_files(config.db_dir)
+    if not found:
+        return Resolved(None, f"no {ROUTER_STATS_PREFIX}<suite>.json in model.db_dir "
+                              f"{str(db.absolute())!r} (heisd-build-db writes them)")
+    known = suites_of_task(task) if task else []
+    hits = [suite for suite in known if suite in found]
+    if len(hits) == 1:
+        return Resolved(str(found[hits[0]]), f"suite {hits[0]!r} of task {task!r}")
+    if len(hits) > 1:
+        return Resolved(None, f"task {task!r} is in suites {hits}, all with router statistics "
+                              f"in {str(db.absolute())!r}; set model.router_stats_path")
+    if not known and len(found) == 1:
+        suite, path = next(iter(found.items()))
+        return Resolved(str(path), f"the DB's only suite, {suite!r}")
+    return Resolved(None, f"no router statistics for task {task!r} (suites {known or '?'}) in "
+                          f"{str(db.absolute())!r}, which has {sorted(found)}; set "
+                          f"model.router_stats_path")
+
+
+def resolve_calibration(config: ModelConfig) -> Resolved:
+    """The verify-skip calibration: explicit, else ``db_dir``'s ``calibration.json``."""
+    if config.calibration_path:
+        return Resolved(config.calibration_path, "model.calibration_path", explicit=True)
+    if not config.db_dir:
+        return Resolved(None, "no calibration: the configured thresholds")
+    path = Path(config.db_dir) / CALIBRATION_FILE
+    if path.is_file():
+        return Resolved(str(path), "model.db_dir")
+    return Resolved(None, f"no {path} (heisd-calibrate writes it): the configured thresholds")
+
+
+def load_calibration(resolved: Resolved, target):
+    """The calibration of ``resolved`` (None: none), refused when made for another model.
+
+    Raises:
+        ValueError: not a calibration file, or its model fingerprint is not the target's.
+        FileNotFoundError: the file does not exist.
+    """
+    if resolved.path is None:
+        return None
+    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
+    from heisd_ros.retrieval.embedding import model_fingerprint
+
+    calibration = VerifySkipCalibration.load(resolved.path)
+    if calibration.model_fingerprint:
+        ours = model_fingerprint(target)
+        if calibration.model_fingerprint != ours:
+            raise ValueError(f"{resolved.note}: {resolved.path} was calibrated for model "
+                             f"{calibration.model_fingerprint}, the loaded target is {ours}; "
+                             f"run heisd-build-db and heisd-calibrate for this target")
+    return calibration
+
+
+def build_decoder(method: str, target, config: ModelConfig, retrieval_client=None,
+                  warn: Callable[[str], None] | None = None):
     """The decoder of ``method`` on ``target`` (a retrieval client for retrieval methods).
+
+    The result has ``description`` (what runs, with which files) and ``degraded`` ("" or
+    why a router method runs as drafter SD). ``warn`` gets every warning (an untrained
+    draft head, a degradation); default: the ``heisd_ros.policy`` Python logger.
 
     Raises:
         ValueError: unknown method (the valid names are listed), or a model file that does
-            not fit; FileNotFoundError: a missing file; ImportError: the hybrid decoder is
+            not fit (a draft head for another target, a calibration for another model);
+            FileNotFoundError: a missing explicit file; ImportError: the hybrid decoder is
             not available in this installation.
     """
     from heisd_ros.decoding.decoder import ActionDecoder
 
-    head = _draft_head(target, config) if method != "ar" else None
     if method == "ar":
-        return BasicDecoder(ActionDecoder(target))
+        return BasicDecoder(ActionDecoder(target), "ar: autoregressive greedy")
     if method == "drafter":
         from heisd_ros.decoding.drafter_source import DrafterSource
 
-        return BasicDecoder(ActionDecoder(target, DrafterSource(head, target)))
+        head, head_desc = resolve_draft_head(config, target, warn)
+        return BasicDecoder(ActionDecoder(target, DrafterSource(head, target)),
+                            f"drafter: {head_desc}")
     try:
         from heisd_ros.decoding import hybrid
     except ImportError as exc:
@@ -182,19 +500,33 @@ def build_decoder(method: str, target, config: ModelConfig, retrieval_client=Non
     if method not in hybrid.METHODS:
         raise ValueError(f"method: unknown method {method!r}; valid: "
                          f"{sorted(set(BASIC_METHODS) | set(hybrid.METHODS))}")
-    if hybrid.METHODS[method].router and not config.router_stats_path:
-        raise ValueError(f"model.router_stats_path: method {method!r} routes with router "
-                         f"statistics; set it to the router_stats_<suite>.json that "
-                         f"heisd-build-db wrote next to the DB")
     from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
 
+    switches = hybrid.METHODS[method]
+    head, head_desc = (resolve_draft_head(config, target, warn) if switches.drafter
+                       else (None, "no draft head"))
     hybrid_config = hybrid.HybridConfig(retrieval=RetrievalSourceConfig(
         k=config.retrieval_k, deadline_s=config.retrieval_deadline_s))
-    decoder = hybrid.build_hybrid_decoder(
-        method, target, draft_head=head, retriever=retrieval_client,
-        router_stats=config.router_stats_path or None,
-        calibration=config.calibration_path or None, config=hybrid_config)
-    return HybridAdapter(decoder)
+    if not switches.router:
+        calibration = load_calibration(resolve_calibration(replace(config, db_dir="")), target)
+        decoder = hybrid.build_hybrid_decoder(
+            method, target, draft_head=head, retriever=retrieval_client,
+            calibration=calibration, config=hybrid_config)
+        return HybridAdapter(decoder, f"{method}: {head_desc}")
+    cal = resolve_calibration(config)
+    calibration = load_calibration(cal, target)
+
+    def make(router_stats: str | None):
+        return hybrid.build_hybrid_decoder(
+            method if router_stats else "drafter", target, draft_head=head,
+            retriever=retrieval_client, router_stats=router_stats, calibration=calibration,
+            config=hybrid_config)
+
+    routed = RoutedHybrid(method, make, lambda task: resolve_router_stats(config, task), warn,
+                          f"{head_desc}; calibration: {cal.path or cal.note}")
+    if config.router_stats_path or not router_stats_files(config.db_dir):
+        routed.select(None)  # the same for every task: explicit (fails here if bad), or none
+    return routed
 
 
 def warm_up(target) -> None:
@@ -209,15 +541,5 @@ def warm_up(target) -> None:
     ActionDecoder(target).decode(Observation(black, black, "warm up"))
 
 
-def _draft_head(target, config: ModelConfig):
-    from heisd_ros.models.checkpoint import load_draft_head
-    from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
-
-    if config.drafter_path:
-        return load_draft_head(config.drafter_path, target)
-    import torch
-
-    with torch.random.fork_rng():
-        torch.manual_seed(config.random_seed)
-        head = DraftHead(DraftHeadConfig.for_target(target))
-    return head.to(dtype=target.language_model.dtype).eval()
+def _warn(message: str) -> None:
+    _LOG.warning("policy: WARNING: %s", message)

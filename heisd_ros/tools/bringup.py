@@ -6,9 +6,9 @@ ROS 2 composition: all nodes in this process on one multi-threaded executor. rvi
 separate program; start it yourself with ``rviz2 -d config/heisd.rviz``.
 
 Examples:
-    heisd-bringup                                   # sim graph, default task
+    heisd-bringup                                   # sim graph, default task, heisd
     heisd-bringup --sim false --can-port can0 --model small_vla.safetensors --db heisd_db
-    heisd-bringup --task stack_blue_on_red --threads 6
+    heisd-bringup --task stack_blue_on_red --method router_skip --threads 6
     heisd-bringup --dry-run                         # print the nodes and parameters, exit
 """
 
@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import signal
+import sys
 from pathlib import Path
 
 from heisd_ros.nodes.graph import (
+    ARGUMENT_HELP,
     LAUNCH_ARGUMENTS,
     NodeSpec,
     config_dir,
@@ -64,7 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="heisd-bringup", description=__doc__.split("\n")[0])
     for name, default in LAUNCH_ARGUMENTS.items():
         if name != "rviz":
-            parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=default)
+            parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=default,
+                                help=ARGUMENT_HELP[name].replace("%", "%%"))
     parser.add_argument("--threads", type=int, default=4, help="executor threads")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     return parser.parse_args(argv)
@@ -74,7 +77,11 @@ def main(argv=None) -> int:
     """Entry point of ``heisd-bringup``."""
     args = parse_args(argv)
     arguments = {name: getattr(args, name) for name in LAUNCH_ARGUMENTS if name != "rviz"}
-    plan = node_plan(arguments)
+    try:
+        plan = node_plan(arguments)
+    except ValueError as exc:  # a bad method or sim value: say so, start nothing
+        print(f"heisd-bringup: {exc}", file=sys.stderr)
+        return 2
     if args.dry_run:
         for item in plan:
             print(f"{item['spec'].name}: {item['spec'].module}.{item['spec'].class_name} "

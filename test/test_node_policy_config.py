@@ -1,0 +1,240 @@
+"""Which files the policy node uses: draft head, router statistics, calibration.
+
+No ROS needed: :mod:`heisd_ros.nodes.policy_decoders` resolves ``model.*`` and builds the
+decoder; the node only passes its parameters through. Checked: an empty ``drafter_path``
+means the shipped head with the shipped small VLA (and an untrained one, warned, with any
+other target); a head trained for another target is refused; ``db_dir`` gives the router
+statistics of the task's suite and the calibration, explicit paths override it; a router
+method without router statistics runs as drafter SD, warns once and says so on every step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from heisd_ros.nodes import policy_decoders as pd
+from heisd_ros.nodes.policy_decoders import ModelConfig
+
+SIZE = 32
+SUITE, TASK = "piper_goal", "red_block_on_plate"  # red_block_on_plate is only in piper_goal
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(directory, tiny VLA path, its target, a head path without a card)."""
+    from heisd_ros.models.checkpoint import load_small_vla, save_draft_head, save_small_vla
+    from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
+    from heisd_ros.models.small_vla import SmallVLA
+    from heisd_ros.models.small_vla_config import SmallVLAConfig
+
+    root = tmp_path_factory.mktemp("tiny")
+    config = SmallVLAConfig(image_size_px=SIZE, patch_size_px=16, vision_dim=32, vision_heads=2,
+                            hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
+    vla_path = save_small_vla(SmallVLA.random(config, seed=1), root / "vla.safetensors",
+                              dtype="float32")
+    target = load_small_vla(vla_path)
+    head = save_draft_head(DraftHead(DraftHeadConfig.for_target(target)),
+                           root / "head_nocard.safetensors", target)
+    return root, str(vla_path), target, str(head)
+
+
+def _head_with_card(path: Path, target, card_target: str) -> str:
+    from heisd_ros.models.checkpoint import save_draft_head
+    from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
+
+    return str(save_draft_head(DraftHead(DraftHeadConfig.for_target(target)), path, target,
+                               extra={"card": json.dumps({"target": card_target})}))
+
+
+def _router_stats(path: Path, suite: str) -> Path:
+    from heisd_ros.kinematics.router import RouterStats
+
+    rng = np.random.default_rng(0)
+    ee_path_m = np.cumsum(rng.normal(scale=0.01, size=(32, 3)), axis=0) + [0.3, 0.0, 0.25]
+    path.mkdir(parents=True, exist_ok=True)
+    out = path / f"router_stats_{suite}.json"
+    RouterStats.fit([ee_path_m], window=4, suite=suite).save(out)
+    return out
+
+
+def _calibration(path: Path, fingerprint: str = "") -> Path:
+    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
+
+    out = path / "calibration.json"
+    VerifySkipCalibration(skip_threshold=0.99, router_threshold=0.5, precision_target=0.9,
+                          skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
+                          hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0,
+                          model_fingerprint=fingerprint).save(out)
+    return out
+
+
+def _observation(task: str = TASK):
+    from heisd_ros.data.observation import Observation
+
+    image = np.random.default_rng(0).integers(0, 255, (SIZE, SIZE, 3), np.uint8)
+    return Observation(image, image, "put the red block on the plate",
+                       proprio=np.array([0.3, 0.0, 0.3, 0, 0, 0, 0.07], np.float32),
+                       extras={"task": task, "step_index": 0})
+
+
+# ---------------------------------------------------------------- router statistics (db_dir)
+def test_db_dir_gives_the_router_statistics_of_the_tasks_suite(tmp_path):
+    db = tmp_path / "db"
+    goal = _router_stats(db, SUITE)
+    _router_stats(db, "piper_spatial")
+    config = ModelConfig(db_dir=str(db))
+    found = pd.resolve_router_stats(config, TASK)
+    assert found.path == str(goal) and not found.explicit and SUITE in found.note
+    # a task in two suites whose statistics are both there is ambiguous: none, and why
+    _router_stats(db, "piper_object")
+    ambiguous = pd.resolve_router_stats(config, "red_block_in_basket")
+    assert ambiguous.path is None and "model.router_stats_path" in ambiguous.note
+    # a sim task whose suite the DB lacks: none (not another suite's statistics)
+    missing = pd.resolve_router_stats(config, "both_blocks_in_basket")
+    assert missing.path is None and "piper_long" in missing.note
+
+
+def test_a_db_of_one_suite_serves_tasks_of_no_sim_suite(tmp_path):
+    only = _router_stats(tmp_path / "db", "default")  # heisd-build-db --bag-suite default
+    config = ModelConfig(db_dir=str(tmp_path / "db"))
+    assert pd.resolve_router_stats(config, "wipe_my_table").path == str(only)
+    assert pd.resolve_router_stats(config, "").path == str(only)  # task not known yet
+    assert pd.resolve_router_stats(config, TASK).path is None  # piper_goal is not in it
+
+
+@pytest.mark.parametrize("db_dir, says", [
+    ("", "model.db_dir"),
+    ("does/not/exist", "not a directory"),
+    ("empty", "heisd-build-db writes them"),
+])
+def test_no_router_statistics_says_why(tmp_path, db_dir, says):
+    (tmp_path / "empty").mkdir()
+    config = ModelConfig(db_dir=str(tmp_path / db_dir) if db_dir else "")
+    found = pd.resolve_router_stats(config, TASK)
+    assert found.path is None and says in found.note
+
+
+def test_explicit_paths_override_db_dir(tmp_path):
+    db = tmp_path / "db"
+    _router_stats(db, SUITE)
+    _calibration(db)
+    mine = tmp_path / "mine"
+    stats, calibration = _router_stats(mine, "piper_long"), _calibration(mine)
+    config = ModelConfig(db_dir=str(db), router_stats_path=str(stats),
+                         calibration_path=str(calibration))
+    assert pd.resolve_router_stats(config, TASK) == pd.Resolved(
+        str(stats), "model.router_stats_path", explicit=True)
+    assert pd.resolve_calibration(config).path == str(calibration)
+    assert pd.resolve_calibration(ModelConfig(db_dir=str(db))).path == str(db / pd.CALIBRATION_FILE)
+    none = pd.resolve_calibration(ModelConfig(db_dir=str(mine / "nothing")))
+    assert none.path is None and "heisd-calibrate" in none.note
+
+
+def test_a_calibration_of_another_model_is_refused(tiny, tmp_path):
+    from heisd_ros.retrieval.embedding import model_fingerprint
+
+    _root, _vla, target, _head = tiny
+    ours = pd.load_calibration(pd.Resolved(str(_calibration(tmp_path, model_fingerprint(target))),
+                                            "model.db_dir"), target)
+    assert ours.router_threshold == 0.5
+    other = _calibration(tmp_path / "other", "SmallVLA:vla_pooled:0123456789abcdef")
+    with pytest.raises(ValueError, match="calibrated for model SmallVLA:vla_pooled:0123"):
+        pd.load_calibration(pd.Resolved(str(other), "model.db_dir"), target)
+
+
+# ---------------------------------------------------------------- draft head
+def test_empty_drafter_path_is_the_shipped_head_for_the_shipped_vla():
+    from heisd_ros.models.checkpoint import load_small_vla
+    from heisd_ros.tools._common import DEFAULT_TARGET_PATH, file_digest
+
+    assert pd.SHIPPED_DRAFT_HEAD.is_file() and DEFAULT_TARGET_PATH.is_file()
+    sha, card = pd.draft_head_target(pd.SHIPPED_DRAFT_HEAD)
+    assert sha and file_digest(DEFAULT_TARGET_PATH).startswith(sha), card  # assets agree
+    target = load_small_vla(DEFAULT_TARGET_PATH)
+    warnings = []
+    for config in (ModelConfig(), ModelConfig(path=str(DEFAULT_TARGET_PATH))):
+        head, description = pd.resolve_draft_head(config, target, warnings.append)
+        assert description == f"shipped draft head {pd.SHIPPED_DRAFT_HEAD}"
+        assert head.config.hidden_size == target.hidden_size and not head.training
+    assert warnings == []
+
+
+def test_empty_drafter_path_with_another_target_is_an_untrained_head_and_warns(tiny):
+    _root, vla, target, _head = tiny
+    warnings = []
+    head, description = pd.resolve_draft_head(ModelConfig(path=vla), target, warnings.append)
+    assert description.startswith("untrained draft head") and "shipped" in description
+    assert warnings == [description] and head.config.hidden_size == target.hidden_size
+
+
+def test_a_draft_head_for_another_target_is_refused(tiny, tmp_path):
+    from heisd_ros.tools._common import file_digest
+
+    _root, vla, target, nocard = tiny
+    mine = _head_with_card(tmp_path / "mine.safetensors", target,
+                           f"/runs/vla.safetensors (sha256 {file_digest(vla)})")
+    _head, description = pd.resolve_draft_head(ModelConfig(path=vla, drafter_path=mine), target)
+    assert "trained for this target" in description
+    other = _head_with_card(tmp_path / "other.safetensors", target,
+                            "/runs/old_vla.safetensors (sha256 00112233aabbccdd)")
+    with pytest.raises(ValueError, match=r"model.drafter_path: .*other.safetensors was trained "
+                                         r"for the target /runs/old_vla.safetensors"):
+        pd.resolve_draft_head(ModelConfig(path=vla, drafter_path=other), target)
+    # a head whose card does not name its target is taken as it is (and says so)
+    _head, description = pd.resolve_draft_head(ModelConfig(path=vla, drafter_path=nocard), target)
+    assert "not checked" in description
+
+
+# ---------------------------------------------------------------- router methods, degraded
+def test_heisd_without_a_db_runs_as_drafter_sd_and_says_so(tiny):
+    _root, vla, target, head = tiny
+    warnings = []
+    decoder = pd.build_decoder("heisd", target, ModelConfig(path=vla, drafter_path=head),
+                               warn=warnings.append)
+    assert decoder.degraded.startswith("heisd runs as drafter SD: no router statistics")
+    assert decoder.description.startswith(decoder.degraded)
+    assert warnings == [decoder.degraded]  # loud at configure time, once
+    decoder.begin_episode(TASK)
+    step = decoder.decode(_observation())
+    assert step.fields["status"].startswith("heisd runs as drafter SD")
+    assert step.fields["router_mode"] == pd.ROUTER_OFF and step.gripper_from_target
+    assert step.fields["draft_source"] in (pd.DRAFT_DRAFTER, pd.DRAFT_NONE)
+    decoder.decode(_observation())
+    assert len(warnings) == 1
+
+
+def test_heisd_with_a_db_dir_routes_with_the_suites_statistics(tiny, tmp_path):
+    _root, vla, target, head = tiny
+    db = tmp_path / "db"
+    _router_stats(db, SUITE)
+    _calibration(db)
+    warnings = []
+    decoder = pd.build_decoder("router_only", target,
+                               ModelConfig(path=vla, drafter_path=head, db_dir=str(db)),
+                               warn=warnings.append)
+    assert decoder.current is None  # chosen per task
+    decoder.begin_episode(TASK)
+    assert decoder.degraded == "" and f"router_stats_{SUITE}.json" in decoder.description
+    assert "calibration.json" in decoder.description
+    step = decoder.decode(_observation())
+    assert "drafter SD" not in step.fields["status"]
+    assert decoder.current.decoder.config.router.threshold == 0.5  # the DB's calibration
+    # an episode of a suite the DB has no statistics for: drafter SD, said once
+    decoder.begin_episode("block_left_of_plate")
+    assert "piper_spatial" in decoder.degraded and warnings == [decoder.degraded]
+    assert decoder.decode(_observation("block_left_of_plate")).fields["status"].startswith(
+        "router_only runs as drafter SD")
+    decoder.begin_episode(TASK)  # and back
+    assert decoder.degraded == ""
+
+
+def test_explicit_router_statistics_that_do_not_load_fail_the_configure_step(tiny, tmp_path):
+    _root, vla, target, head = tiny
+    config = ModelConfig(path=vla, drafter_path=head,
+                         router_stats_path=str(tmp_path / "router_stats_x.json"))
+    with pytest.raises(OSError):
+        pd.build_decoder("heisd", target, config)
