@@ -179,7 +179,7 @@ def test_a_bad_model_path_fails_cleanly_with_the_reason(graph):
     assert policy.commands_sent == len(out["cmd"])  # every command came from the good node
 
 
-def test_the_default_method_without_a_db_runs_as_drafter_sd_and_says_so(graph, caplog):
+def test_the_default_method_without_a_db_runs_as_drafter_sd_and_says_so(graph):
     """The default method, heisd, with no router statistics: configured, degraded, warned."""
     policy = graph[0]
     node = PolicyNode("no_db_policy", context=policy.context, parameter_overrides=[
@@ -191,7 +191,11 @@ def test_the_default_method_without_a_db_runs_as_drafter_sd_and_says_so(graph, c
         assert node.config_error == "" and node.decoder is not None
         assert node.decoder.degraded.startswith("heisd runs as drafter SD: no router "
                                                 "statistics (model.db_dir '/nonexistent/heisd_db'")
-        assert f"policy: WARNING: {node.decoder.degraded}" in caplog.text  # stderr when run
+        status = node.diagnostic_status()
+        values = {kv.key: kv.value for kv in status.values}
+        assert status.level == status.WARN and status.message == node.decoder.degraded
+        assert values["degraded"] == node.decoder.degraded
+        assert values["decoder"].startswith("heisd runs as drafter SD")
     finally:
         node.destroy_node()
 

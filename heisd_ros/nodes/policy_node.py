@@ -170,7 +170,7 @@ class PolicyNode(Node):
         try:
             target, self.model_description = load_target(self.model_config)
             self.decoder = build_decoder(self.config.method, target, self.model_config,
-                                         self.retrieval)
+                                         self.retrieval, warn=self.get_logger().warning)
             warm_up(target)
         except (OSError, ValueError, ImportError, RuntimeError, KeyError) as exc:
             # OSError: missing file; ValueError: wrong format/sizes/method; ImportError: a
@@ -180,7 +180,8 @@ class PolicyNode(Node):
             return False
         self.config_error = ""
         self.get_logger().info(f"policy configured: method {self.config.method!r}, target "
-                               f"{self.model_description}")
+                               f"{self.model_description}; decoder "
+                               f"{getattr(self.decoder, 'description', '')}")
         return True
 
     def _on_set_parameters(self, params) -> SetParametersResult:
@@ -323,11 +324,14 @@ class PolicyNode(Node):
         values = {"method": self.config.method, "model": self.model_description,
                   "instruction": self.instruction, "task": self.task,
                   "commands_sent": str(self.commands_sent), "last_problem": self.last_problem,
-                  "retrieval_available": str(self.retrieval.available)}
+                  "retrieval_available": str(self.retrieval.available),
+                  "decoder": getattr(self.decoder, "description", ""),
+                  "degraded": getattr(self.decoder, "degraded", "")}
         values.update({k: f"{v:.3f}" for k, v in self.latency_summary().items()})
         values.update({f"refused[{k}]": str(n) for k, n in sorted(self.refusals.items())})
+        # A router method running as drafter SD is a warning until it routes again.
         return policy_status(f"{self.get_name()}: policy", values, self.config_error,
-                             self.last_problem)
+                             self.last_problem or values["degraded"])
 
     def _publish_diagnostics(self) -> None:
         msg = DiagnosticArray(status=[self.diagnostic_status()])
