@@ -130,15 +130,17 @@ def write_offline_stats(path: str | Path, stats: dict) -> Path:
     return path
 
 
-def split_held_out(paths: Iterable[Path], every: int) -> tuple[list[Path], list[Path]]:
+def split_held_out(paths: Iterable[Path], every: int,
+                   task_of: Callable[[Path], str] | None = None) -> tuple[list[Path], list[Path]]:
     """(DB episodes, held-out episodes): every ``every``-th episode of each task is held out.
 
-    ``every`` = 0 holds nothing out. Task = the episode file's parent directory.
+    ``every`` = 0 holds nothing out. Task = ``task_of(path)``, by default the episode file's
+    parent directory (the npz layout).
     """
     db, held = [], []
     seen: dict[str, int] = {}
     for path in paths:
-        task = Path(path).parent.name
+        task = task_of(Path(path)) if task_of is not None else Path(path).parent.name
         n = seen.get(task, 0)
         seen[task] = n + 1
         (held if every and n % every == every - 1 else db).append(Path(path))

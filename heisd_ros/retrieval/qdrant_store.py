@@ -84,7 +84,9 @@ class QdrantStore(VectorStore):
         if self._client.collection_exists(target):
             return
         self._client.create_collection(
-            target, vectors_config=m.VectorParams(size=self.dimension, distance=m.Distance.COSINE),
+            target, vectors_config=m.VectorParams(
+                size=self.dimension, distance=m.Distance.COSINE,
+                datatype=m.Datatype.FLOAT16 if cfg.vector_datatype == "float16" else None),
             shard_number=cfg.shard_number, replication_factor=cfg.replication_factor,
             hnsw_config=m.HnswConfigDiff(m=cfg.hnsw_m, ef_construct=cfg.hnsw_ef_construct,
                                          full_scan_threshold=cfg.full_scan_threshold_kb))
@@ -116,6 +118,17 @@ class QdrantStore(VectorStore):
     def _count(self, name: str, task: str) -> int:
         return int(self._client.count(self._target(name), count_filter=self._task_filter(task),
                                       exact=True).count)
+
+    def _export(self, name: str, task: str) -> tuple[list[int], list]:
+        ids, vectors, offset = [], [], None
+        while True:
+            records, offset = self._client.scroll(
+                self._target(name), scroll_filter=self._task_filter(task), limit=1024,
+                offset=offset, with_payload=False, with_vectors=True)
+            ids += [int(r.id) for r in records]
+            vectors += [r.vector for r in records]
+            if offset is None or not records:
+                return ids, vectors
 
     def _finalize(self, name: str) -> None:
         """A server indexes in the background and local mode needs nothing."""

@@ -150,6 +150,28 @@ class VectorStore(abc.ABC):
         name = self._name(task)
         return self._guard(f"count {task!r}", self._count, name, task)
 
+    def warm_up(self, tasks: Sequence[str] | None = None) -> None:
+        """Load what the first search of each task (default: all) would load, ahead of time.
+
+        A serving process calls this after opening, so no request pays for it under its
+        deadline (the edge backend loads each shard and its payload cache lazily).
+        """
+        for task in self.list_collections() if tasks is None else tasks:
+            name = self._name(task)
+            self._guard(f"warm up {task!r}", self._warm_up, name, task)
+
+    def export(self, task: str) -> tuple[np.ndarray, np.ndarray]:
+        """(ids (n,) int64, vectors (n, dimension) float32) of every point of the task.
+
+        For tools (benchmarks, inspection), not the serving path; cosine backends may return
+        the vectors normalised.
+        """
+        name = self._name(task)
+        ids, vectors = self._guard(f"export {task!r}", self._export, name, task)
+        order = np.argsort(ids, kind="stable")
+        return (np.asarray(ids, np.int64)[order],
+                np.asarray(vectors, np.float32).reshape(-1, self.dimension)[order])
+
     def finalize(self) -> None:
         """Build the search index and persist everything (call after bulk upserts)."""
         for task, name in self._collections.items():
@@ -269,6 +291,13 @@ class VectorStore(abc.ABC):
 
     @abc.abstractmethod
     def _finalize(self, name: str) -> None: ...
+
+    def _warm_up(self, name: str, task: str) -> None:
+        """Load the collection ahead of its first search (default: count its points)."""
+        self._count(name, task)
+
+    def _export(self, name: str, task: str) -> tuple[list[int], list]:
+        raise BackendError(f"export is not supported by {type(self).__name__}")
 
     @abc.abstractmethod
     def _close(self) -> None: ...

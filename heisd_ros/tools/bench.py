@@ -6,11 +6,13 @@ Subcommands:
              methods (retrieval, router_only, router_skip, heisd) on demonstration steps.
     profile  the cost of each building block (vision, prefill, one decode forward, a tree
              forward, one draft-head forward) and the ratios the design relies on.
-    retrieval  vector-store latency (median, p99) and recall@K against exact search per
-             backend and size, on demonstration-shaped vectors (smooth per-task latent
-             trajectories projected to the embedding dimension, plus noise); build time,
-             reopen time, memory (RSS growth) and disk size. One collection holds all points
-             (the worst case; the DB splits them per task).
+    retrieval  vector-store latency (median, p99; wall-clock and process CPU time) and
+             recall@K against exact search per backend and size, on demonstration-shaped
+             vectors (smooth per-task latent trajectories projected to the embedding
+             dimension, plus noise) or, with --db, the embeddings of our own demonstrations
+             (held-out demonstrations as queries); build time, reopen time, memory (RSS
+             growth) and disk size. One collection holds all points (the worst case; the DB
+             splits them per task).
 
 Examples:
     heisd-bench decode --drafter runs/drafter/draft_head.safetensors --observations 64 \
@@ -21,6 +23,8 @@ Examples:
         --calibration runs/db/calibration.json --observations 64
     heisd-bench profile --json profile.json
     heisd-bench retrieval --sizes 10000,100000 --dims 4352,256 --json retrieval.json
+    heisd-bench retrieval --sizes 10000,100000 --dims 4352 --datatypes float32,float16
+    heisd-bench retrieval --db runs/db --sizes 100000 --ef 64
 
 Observations are the seeded synthetic scenes; with --db, consecutive steps of the DB's
 held-out demonstrations (or --demos), so the router sees real EE trajectories.
@@ -173,8 +177,14 @@ def _dir_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def bench_store(config, vectors, queries, k: int, efs=(64,)) -> list[dict]:
-    """Build, reopen and query one store; per query-time ef, latency and recall@k."""
+def bench_store(config, vectors, queries, k: int, efs=(64,), warmup: int = 20) -> list[dict]:
+    """Build, reopen and query one store; per query-time ef, latency and recall@k.
+
+    Latency is wall-clock per ``store.search`` (what a caller waits) and process CPU time per
+    search (all threads; on a shared machine the wall-clock tail is mostly time spent waiting
+    for a core, the CPU time is not). After reopening, ``store.warm_up()`` runs as a serving
+    process would (timed as ``warm_up_s``); the first ``warmup`` queries are not measured.
+    """
     import time
     from dataclasses import replace
 
@@ -193,10 +203,10 @@ def bench_store(config, vectors, queries, k: int, efs=(64,)) -> list[dict]:
         store.upsert("bench", range(lo, lo + len(chunk)), chunk, [payload] * len(chunk))
     store.finalize()
     build_s = time.perf_counter() - start
-    exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :k]
+    exact = _exact_top_k(vectors, queries, k)
     rows, in_memory = [], config.path == ":memory:"
     for ef in efs if not in_memory else efs[:1]:   # an in-memory DB cannot be reopened
-        reopen_s = None
+        reopen_s = warm_up_s = None
         if not in_memory:
             store.close()
             start = time.perf_counter()
@@ -204,23 +214,86 @@ def bench_store(config, vectors, queries, k: int, efs=(64,)) -> list[dict]:
                                model_fingerprint="b")
             store.search("bench", queries[0], k)        # the first query loads the shard
             reopen_s = time.perf_counter() - start
-        for q in queries[:5]:
+            start = time.perf_counter()
+            store.warm_up()
+            warm_up_s = time.perf_counter() - start
+        for q in queries[:warmup]:
             store.search("bench", q, k)
-        ms, recall = [], []
+        ms, cpu_ms, recall = [], [], []
         for q, truth in zip(queries, exact, strict=True):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time_ns(), time.perf_counter_ns()
             hits = store.search("bench", q, k)
-            ms.append((time.perf_counter() - t0) * 1e3)
+            ms.append((time.perf_counter_ns() - t0) / 1e6)
+            cpu_ms.append((time.process_time_ns() - c0) / 1e6)
             recall.append(len({h.id for h in hits} & set(truth.tolist())) / k)
         rows.append({"hnsw_ef": None if in_memory else ef,
-                     "latency_ms": {"median": float(np.median(ms)),
-                                    "p99": float(np.percentile(ms, 99)),
-                                    "mean": float(np.mean(ms))},
+                     "latency_ms": _stats_ms(ms), "cpu_ms": _stats_ms(cpu_ms),
                      f"recall_at_{k}": float(np.mean(recall)), "build_s": build_s,
-                     "reopen_s": reopen_s, "rss_growth_mb": _rss_mb() - rss0,
+                     "reopen_s": reopen_s, "warm_up_s": warm_up_s,
+                     "rss_growth_mb": _rss_mb() - rss0,
                      "disk_mb": None if in_memory else _dir_mb(Path(config.path))})
     store.close()
     return rows
+
+
+def _stats_ms(values) -> dict:
+    import numpy as np
+
+    return {"median": float(np.median(values)), "p99": float(np.percentile(values, 99)),
+            "mean": float(np.mean(values))}
+
+
+def _exact_top_k(vectors, queries, k: int):
+    """Exact cosine top-k ids of each query (rows are unit vectors), in row chunks."""
+    import numpy as np
+
+    best_ids = np.zeros((len(queries), 0), np.int64)
+    best = np.zeros((len(queries), 0), np.float32)
+    for lo in range(0, len(vectors), 20000):
+        scores = queries @ np.asarray(vectors[lo:lo + 20000], np.float32).T
+        top = np.argsort(-scores, axis=1)[:, :k]
+        best = np.concatenate([best, np.take_along_axis(scores, top, 1)], axis=1)
+        best_ids = np.concatenate([best_ids, top + lo], axis=1)
+        order = np.argsort(-best, axis=1, kind="stable")[:, :k]
+        best, best_ids = np.take_along_axis(best, order, 1), np.take_along_axis(best_ids, order, 1)
+    return best_ids
+
+
+def db_vectors(path: str, queries: int, query_every: int = 10, exclude_queries: bool = True):
+    """(vectors, query vectors, info) from a DB built by heisd-build-db (our own demos).
+
+    Every ``query_every``-th demonstration (point id // ID_STRIDE) of each task is a query
+    episode: its steps, evenly subsampled to ``queries``, are the queries, and (with
+    ``exclude_queries``) they stay out of the indexed vectors, like a new run of the task.
+    All tasks' points go into one collection (as the synthetic data does).
+    """
+    import numpy as np
+
+    from heisd_ros.retrieval.embedding import ID_STRIDE
+    from heisd_ros.retrieval.store import open_store
+    from heisd_ros.retrieval.store_config import StoreConfig
+
+    base, held, tasks = [], [], []
+    with open_store(StoreConfig(path=path)) as store:
+        for task in store.list_collections():
+            ids, vecs = store.export(task)
+            episodes = ids // ID_STRIDE
+            chosen = np.unique(episodes)[query_every - 1::query_every] if query_every else []
+            is_query = np.isin(episodes, chosen)
+            held.append(vecs[is_query])
+            base.append(vecs[~is_query] if exclude_queries else vecs)
+            tasks.append(task)
+    vectors, query_pool = np.concatenate(base), np.concatenate(held)
+    if len(query_pool) == 0:
+        raise ValueError(f"--db: {path} has no demonstration to hold out as queries "
+                         f"(--query-every {query_every}); use a DB with more episodes")
+    pick = np.linspace(0, len(query_pool) - 1, min(queries, len(query_pool))).round()
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    query_vecs = query_pool[np.unique(pick.astype(int))]
+    query_vecs /= np.linalg.norm(query_vecs, axis=1, keepdims=True)
+    return vectors.astype(np.float32), query_vecs.astype(np.float32), {
+        "db": str(path), "tasks": tasks, "points": int(len(vectors)),
+        "query_points": int(len(query_pool))}
 
 
 def run_retrieval(args) -> dict:
@@ -229,21 +302,32 @@ def run_retrieval(args) -> dict:
     import tempfile
     import time
 
-    import numpy as np
-
     from heisd_ros.retrieval.store_config import StoreConfig
 
-    rows = []
-    for dim in (int(d) for d in args.dims.split(",")):
+    rows, source = [], {"kind": "synthetic", "noise": args.noise}
+    if args.db:
+        db_vecs, db_queries, info = db_vectors(args.db, args.queries, args.query_every)
+        source = {"kind": "db", **info}
+        dims = [db_vecs.shape[1]]
+    else:
+        dims = [int(d) for d in args.dims.split(",")]
+    for dim in dims:
         for n in (int(s) for s in args.sizes.split(",")):
-            vectors = demo_shaped_vectors(n, dim, seed=args.seed, noise=args.noise)
-            queries = demo_shaped_vectors(args.queries * 13, dim, seed=args.seed,
-                                          noise=args.noise, episode_seed=args.seed + 1)[::13]
+            if args.db:
+                if n > len(db_vecs) and rows and rows[-1]["n"] == len(db_vecs):
+                    continue   # every size beyond the DB is the whole DB
+                vectors, queries = db_vecs[:n], db_queries
+            else:
+                vectors = demo_shaped_vectors(n, dim, seed=args.seed, noise=args.noise)
+                queries = demo_shaped_vectors(args.queries * 13, dim, seed=args.seed,
+                                              noise=args.noise, episode_seed=args.seed + 1)[::13]
             start = time.perf_counter()
-            _ = np.argsort(-(queries[:20] @ vectors.T), axis=1)[:, :args.k]
-            exact_ms = (time.perf_counter() - start) * 1e3 / 20
-            backends = [("edge-hnsw", {"backend": "edge"})]
-            if n <= args.qdrant_max:
+            _exact_top_k(vectors, queries[:20], args.k)
+            exact_ms = (time.perf_counter() - start) * 1e3 / len(queries[:20])
+            backends = [(f"edge-{dt}" if dt != "float32" else "edge-hnsw",
+                         {"backend": "edge", "vector_datatype": dt})
+                        for dt in args.datatypes.split(",")]
+            if len(vectors) <= args.qdrant_max:
                 backends.append(("qdrant-local", {"backend": "qdrant"}))
             for name, kwargs in backends:
                 root = Path(tempfile.mkdtemp(prefix="heisd_bench_", dir=args.workdir))
@@ -251,29 +335,34 @@ def run_retrieval(args) -> dict:
                     # qdrant-client's local mode persists by rewriting its file per upsert
                     # (minutes at 10k); in memory it is the same search code.
                     path = ":memory:" if name == "qdrant-local" else str(root / "db")
-                    config = StoreConfig(path=path, **kwargs)
+                    config = StoreConfig(path=path, hnsw_m=args.m,
+                                         hnsw_ef_construct=args.ef_construct, **kwargs)
                     efs = [int(e) for e in args.ef.split(",")]
                     results = bench_store(config, vectors, queries, args.k, efs)
                 finally:
                     shutil.rmtree(root, ignore_errors=True)
-                rows += [{"backend": name, "n": n, "dim": dim, "queries": len(queries),
-                          "numpy_exact_ms": exact_ms, **result} for result in results]
+                rows += [{"backend": name, "n": len(vectors), "dim": dim,
+                          "queries": len(queries), "numpy_exact_ms": exact_ms, **result}
+                         for result in results]
             del vectors
-    return {"k": args.k, "seed": args.seed, "noise": args.noise, "rows": rows}
+    return {"k": args.k, "seed": args.seed, "noise": args.noise, "source": source,
+            "hnsw_m": args.m, "hnsw_ef_construct": args.ef_construct, "rows": rows}
 
 
 def format_retrieval(result: dict) -> str:
     """Plain-text table of :func:`run_retrieval` output."""
     k = result["k"]
     lines = [f"{'backend':14}{'ef':>5}{'n':>8}{'dim':>6}{'med ms':>9}{'p99 ms':>9}"
+             f"{'cpu med':>9}{'cpu p99':>9}"
              f"{'recall@' + str(k):>10}{'exact ms':>10}{'build s':>9}{'reopen s':>9}"
-             f"{'RSS MB':>8}{'disk MB':>9}"]
+             f"{'warm s':>8}{'RSS MB':>8}{'disk MB':>9}"]
     for r in result["rows"]:
-        lat, disk = r["latency_ms"], r["disk_mb"]
+        lat, cpu, disk = r["latency_ms"], r["cpu_ms"], r["disk_mb"]
         lines.append(f"{r['backend']:14}{_num(r['hnsw_ef'], 'd'):>5}{r['n']:>8}{r['dim']:>6}"
-                     f"{lat['median']:>9.3f}"
-                     f"{lat['p99']:>9.3f}{r[f'recall_at_{k}']:>10.3f}{r['numpy_exact_ms']:>10.2f}"
+                     f"{lat['median']:>9.3f}{lat['p99']:>9.3f}{cpu['median']:>9.3f}"
+                     f"{cpu['p99']:>9.3f}{r[f'recall_at_{k}']:>10.3f}{r['numpy_exact_ms']:>10.2f}"
                      f"{r['build_s']:>9.1f}{_num(r['reopen_s'], '.2f'):>9}"
+                     f"{_num(r.get('warm_up_s'), '.2f'):>8}"
                      f"{r['rss_growth_mb']:>8.0f}{_num(disk, '.0f'):>9}")
     return "\n".join(lines)
 
@@ -339,6 +428,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     retrieval.add_argument("--queries", type=int, default=200)
     retrieval.add_argument("--k", type=int, default=8)
     retrieval.add_argument("--ef", default="64,256", help="HNSW ef values at query time")
+    retrieval.add_argument("--datatypes", default="float32", help="edge vector datatypes "
+                           "to compare: float32, float16 (comma-separated)")
+    retrieval.add_argument("--m", type=int, default=16, help="HNSW edges per node")
+    retrieval.add_argument("--ef-construct", type=int, default=100, help="HNSW build beam")
+    retrieval.add_argument("--db", default=None, help="use this heisd-build-db DB's embeddings "
+                           "(our own demos) instead of synthetic vectors; --dims is ignored")
+    retrieval.add_argument("--query-every", type=int, default=10, help="with --db: every n-th "
+                           "demonstration of a task is held out and queried")
     retrieval.add_argument("--qdrant-max", type=int, default=10000, help="largest size run "
                            "through qdrant-client's local mode (pure-Python brute force)")
     retrieval.add_argument("--workdir", default=None, help="where the temporary DBs go")

@@ -10,8 +10,19 @@ suite) and ``router_stats_<suite>.json`` for the hybrid decoder.
 An existing DB built with another model (fingerprint) or dimension is refused with a clear
 message (exit code 2); rebuild into a new path.
 
+``--demos`` is an npz root (``<suite>/<task>/episode_*.npz``, from heisd-collect) or rosbag2
+recordings (MCAP or sqlite3): one bag directory, or a root holding bags, as ``heisd-record``,
+``heisd-collect --format mcap`` or ``ros2 bag record`` of the robot's topics write them. Bag
+steps are the EE commands paired with the camera frames, joint state and EE pose of the
+observation they were decided on (by header stamp); topics are remapped with ``--topic-*``.
+A bag without heisd custom data needs ``--bag-task`` (and ``--bag-instruction``,
+``--bag-suite``). ``--demos-format auto`` reads npz files when the root has any, else bags.
+
 Examples:
     heisd-build-db --demos /work/data/demos_128 --db runs/db
+    heisd-build-db --demos runs/bags --db runs/db_bags
+    heisd-build-db --demos rosbag2_2026_03_01-10_00_00 --bag-task open_drawer \
+        --bag-instruction "open the drawer" --topic-primary /cam_high/image_raw --db runs/db
     heisd-build-db --demos /work/data/demos_128 --db runs/db --tasks open_drawer \
         --target small_vla.safetensors --hold-out-every 5
     heisd-build-db --demos demos --backend qdrant --url http://db:6333 --stats-dir runs/db
@@ -29,7 +40,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     from heisd_ros.tools._common import add_model_arguments
 
     p = argparse.ArgumentParser(prog="heisd-build-db", description=__doc__.split("\n")[0])
-    p.add_argument("--demos", required=True, help="npz demonstration root (<suite>/<task>/)")
+    p.add_argument("--demos", required=True, help="npz demonstration root (<suite>/<task>/), "
+                   "a rosbag2 directory, or a root holding rosbag2 directories")
+    p.add_argument("--demos-format", choices=("auto", "npz", "bag"), default="auto",
+                   help="auto: npz when the root holds any, else rosbag2")
+    _add_bag_arguments(p)
     p.add_argument("--db", default="", help="DB directory (edge, or qdrant local mode)")
     p.add_argument("--backend", default="edge", help="edge | qdrant")
     p.add_argument("--url", default="", help="Qdrant server URL (qdrant backend)")
@@ -46,15 +61,73 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "task is kept out of the DB for heisd-calibrate (0 = none)")
     p.add_argument("--router-window", type=int, default=15)
     p.add_argument("--exact", action="store_true", help="exact search (small DBs, tests)")
+    p.add_argument("--vector-datatype", choices=("float32", "float16"), default="float32",
+                   help="stored vector type; float16 halves the DB's memory (recall@8 within "
+                   "0.01 on 100k demonstration-shaped vectors, see heisd-bench retrieval)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return p.parse_args(argv)
+
+
+def _add_bag_arguments(p: argparse.ArgumentParser) -> None:
+    from heisd_ros.data.bag_episodes import EpisodeTopics
+
+    topics = EpisodeTopics()
+    bag = p.add_argument_group("rosbag2 demonstrations")
+    bag.add_argument("--topic-primary", default=topics.primary, help="third-person camera")
+    bag.add_argument("--topic-wrist", default=topics.wrist, help="wrist camera")
+    bag.add_argument("--topic-joint-states", default=topics.joint_states, help="('' = none)")
+    bag.add_argument("--topic-ee-pose", default=topics.ee_pose, help="EE pose (PoseStamped)")
+    bag.add_argument("--topic-ee-command", default=topics.ee_command,
+                     help="heisd_ros/msg/EECommand actions")
+    bag.add_argument("--max-skew-s", type=float, default=0.05,
+                     help="largest header-stamp difference of paired messages, s")
+    bag.add_argument("--bag-task", default=None, help="task of bags without heisd.task "
+                     "custom data (overrides it when given)")
+    bag.add_argument("--bag-suite", default=None, help="suite of such bags (default 'default')")
+    bag.add_argument("--bag-instruction", default=None,
+                     help="instruction of such bags (default: the task)")
+
+
+def _demo_source(args) -> tuple[list[Path], object, object]:
+    """(episode paths, load(path) -> EpisodeRecord, task(path) -> str) of --demos."""
+    from heisd_ros.data import bag_episodes, npz_episodes
+
+    root = Path(args.demos)
+    fmt = args.demos_format
+    if fmt == "auto":
+        has_npz = root.is_dir() and not bag_episodes.is_bag(root) and any(
+            npz_episodes.iter_episode_paths(root))
+        fmt = "npz" if has_npz else "bag"
+    if fmt == "npz":
+        paths = npz_episodes.iter_episode_paths(root, args.suites, args.tasks)
+        return paths, npz_episodes.load_episode, lambda path: path.parent.name
+    topics = bag_episodes.EpisodeTopics(args.topic_primary, args.topic_wrist,
+                                        args.topic_joint_states, args.topic_ee_pose,
+                                        args.topic_ee_command)
+    defaults = bag_episodes.EpisodeDefaults(args.bag_suite, args.bag_task, args.bag_instruction)
+    if not root.exists():
+        raise ValueError(f"--demos: {root} does not exist")
+    paths = bag_episodes.iter_bag_paths(root, args.suites, args.tasks, defaults)
+
+    def load(path):
+        return bag_episodes.load_bag_episode(path, topics, defaults, args.max_skew_s)
+
+    return paths, load, lambda path: bag_episodes.bag_identity(path, defaults)["task"]
+
+
+def _bag_options(args) -> dict:
+    """The bag reading options, so later tools can read the held-out bags alike."""
+    return {"topics": {role: getattr(args, f"topic_{role}") for role in
+                       ("primary", "wrist", "joint_states", "ee_pose", "ee_command")},
+            "max_skew_s": args.max_skew_s, "suite": args.bag_suite, "task": args.bag_task,
+            "instruction": args.bag_instruction}
 
 
 def _store_config(args):
     from heisd_ros.retrieval.store_config import StoreConfig
 
     return StoreConfig(backend=args.backend, path=args.db, url=args.url,
-                       exact_search=args.exact)
+                       exact_search=args.exact, vector_datatype=args.vector_datatype)
 
 
 def _router_stats(records, window: int, stats_dir: Path) -> dict:
@@ -81,7 +154,6 @@ def build(args) -> dict:
     """Build the DB and the offline statistics; returns the summary (raises on bad input)."""
     from tqdm import tqdm
 
-    from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
     from heisd_ros.retrieval.embedding import (
         build_database,
         embed_observation,
@@ -93,12 +165,13 @@ def build(args) -> dict:
     from heisd_ros.tools._common import load_target_from_args
 
     config = _store_config(args)
-    paths = iter_episode_paths(args.demos, args.suites, args.tasks)
+    paths, load_episode, task_of = _demo_source(args)
     if args.max_episodes:
         paths = paths[:args.max_episodes]
     if not paths:
-        raise ValueError(f"--demos: no episodes under {args.demos} for the given filters")
-    db_paths, held_out = split_held_out(paths, args.hold_out_every)
+        raise ValueError(f"--demos: no episodes (npz files or rosbag2 directories) under "
+                         f"{args.demos} for the given filters")
+    db_paths, held_out = split_held_out(paths, args.hold_out_every, task_of)
     if not db_paths:
         raise ValueError("--hold-out-every: every episode would be held out")
     target, description = load_target_from_args(args)
@@ -118,6 +191,8 @@ def build(args) -> dict:
               "points": summary.points, "episodes": summary.episodes,
               "tasks": list(summary.tasks), "db_episodes": [str(p) for p in db_paths],
               "held_out_episodes": [str(p) for p in held_out],
+              "demos_format": "bag" if db_paths[0].is_dir() else "npz",
+              "bag_options": _bag_options(args) if db_paths[0].is_dir() else None,
               "router_window": args.router_window,
               "router_stats": _router_stats([r for _, r in episodes], args.router_window,
                                             stats_dir)}

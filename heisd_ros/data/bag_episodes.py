@@ -1,0 +1,352 @@
+"""Demonstration episodes from rosbag2 recordings (MCAP or sqlite3), as :class:`EpisodeRecord`.
+
+A bag holds the robot's topics (see :mod:`heisd_ros.data.rosbag_io`): two camera images,
+``/joint_states``, ``/ee_pose`` and the EE commands ``/heisd/ee_command``. Bags written by
+``heisd-record`` / ``heisd-collect`` and bags of the live system taken with ``ros2 bag record``
+both work; other topic names are remapped with :class:`EpisodeTopics` (``--topic-*``).
+
+Steps are defined by the EE commands: a command's header stamp is the stamp of the
+observation it was decided on (EECommand.msg), so step t pairs command t with the primary
+camera frame nearest in header stamp, the wrist frame, joint state and EE pose nearest to
+that frame, each within ``max_skew_s``. A command without a matching frame is dropped and
+counted in ``metadata["dropped_commands"]``; a second command on the same frame likewise.
+
+What a bag does not carry is filled in: ``ee_rpy_rad`` from the pose quaternion,
+``control_rate_hz`` from the median stamp step, ``step_success`` False except the last step
+(= the episode's success). Suite, task, instruction, seed and success come from the bag's
+``heisd.*`` custom data when present, else from the caller (``--bag-task`` ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from heisd_ros.data.episode import JOINT_STATE_NAMES, EpisodeRecord
+from heisd_ros.data.rosbag_io import (
+    EE_COMMAND_TYPE,
+    TOPIC_EE_COMMAND,
+    TOPIC_EE_POSE,
+    TOPIC_JOINT_STATES,
+    TOPIC_THIRD_PERSON,
+    TOPIC_WRIST,
+    image_from_msg,
+    make_typestore,
+)
+
+METADATA_FILE = "metadata.yaml"
+#: role -> (message type, CLI option)
+ROLES: dict[str, tuple[str, str]] = {
+    "primary": ("sensor_msgs/msg/Image", "--topic-primary"),
+    "wrist": ("sensor_msgs/msg/Image", "--topic-wrist"),
+    "joint_states": ("sensor_msgs/msg/JointState", "--topic-joint-states"),
+    "ee_pose": ("geometry_msgs/msg/PoseStamped", "--topic-ee-pose"),
+    "ee_command": (EE_COMMAND_TYPE, "--topic-ee-command"),
+}
+_OPTIONAL = ("joint_states",)
+
+
+class BagEpisodeError(ValueError):
+    """A bag that cannot be turned into an episode; the message is meant for the user."""
+
+
+@dataclass(frozen=True)
+class EpisodeTopics:
+    """Topic of each role; ``joint_states`` may be '' (joint angles 0, gripper width 0)."""
+
+    primary: str = TOPIC_THIRD_PERSON
+    wrist: str = TOPIC_WRIST
+    joint_states: str = TOPIC_JOINT_STATES
+    ee_pose: str = TOPIC_EE_POSE
+    ee_command: str = TOPIC_EE_COMMAND
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if not getattr(self, f.name) and f.name not in _OPTIONAL:
+                raise ValueError(f"{ROLES[f.name][1]}: the {f.name} topic is required")
+
+    def active(self) -> dict[str, str]:
+        """The topic of every enabled role, by role."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+
+
+@dataclass(frozen=True)
+class EpisodeDefaults:
+    """Identity of a bag without ``heisd.*`` custom data (e.g. from ``ros2 bag record``).
+
+    ``task`` is required then; ``instruction`` defaults to the task, ``suite`` to "default".
+    Values given here override the bag's custom data.
+    """
+
+    suite: str | None = None
+    task: str | None = None
+    instruction: str | None = None
+
+
+def is_bag(path: str | Path) -> bool:
+    """Whether ``path`` is a rosbag2 directory (holds metadata.yaml)."""
+    return (Path(path) / METADATA_FILE).is_file()
+
+
+def find_bags(root: str | Path) -> list[Path]:
+    """``root`` itself if it is a bag, else every bag directory below it, sorted."""
+    root = Path(root)
+    if not root.is_dir():
+        raise BagEpisodeError(f"{root}: not a directory")
+    if is_bag(root):
+        return [root]
+    return sorted(p.parent for p in root.rglob(METADATA_FILE))
+
+
+def bag_custom_data(path: str | Path) -> dict[str, str]:
+    """The bag's ``custom_data`` from metadata.yaml ({} when absent)."""
+    import yaml
+
+    meta_file = Path(path) / METADATA_FILE
+    try:
+        meta = yaml.safe_load(meta_file.read_text(encoding="utf-8"))
+        info = meta["rosbag2_bagfile_information"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
+        raise BagEpisodeError(f"{path}: {METADATA_FILE} is unreadable ({err}); if the storage "
+                              f"files are intact, `ros2 bag reindex {path}` rebuilds it") from err
+    return {str(k): str(v) for k, v in (info.get("custom_data") or {}).items()}
+
+
+def bag_identity(path: str | Path, defaults: EpisodeDefaults = EpisodeDefaults()) -> dict:
+    """suite, task, instruction, seed, success of a bag (custom data, then ``defaults``)."""
+    custom = bag_custom_data(path)
+    task = defaults.task or custom.get("heisd.task")
+    if not task:
+        raise BagEpisodeError(f"{path}: the bag names no task (no heisd.task custom data, as "
+                              f"heisd-record and heisd-collect write); pass --bag-task NAME "
+                              f"(and --bag-instruction TEXT, --bag-suite NAME)")
+    try:
+        seed = int(custom.get("heisd.seed", 0))
+    except ValueError:
+        seed = 0
+    return {"suite": defaults.suite or custom.get("heisd.suite") or "default", "task": task,
+            "instruction": defaults.instruction or custom.get("heisd.instruction") or task,
+            "seed": seed, "success": custom.get("heisd.success", "true").lower() != "false"}
+
+
+def _found(topics: dict[str, tuple[str, int]]) -> str:
+    if not topics:
+        return "  (no topics)"
+    return "\n".join(f"  {t}  {ty}  ({n} messages)" for t, (ty, n) in sorted(topics.items()))
+
+
+def check_topics(path: Path, found: dict[str, tuple[str, int]], topics: EpisodeTopics) -> None:
+    """Raise :class:`BagEpisodeError` naming what was found and needed, and the remaps."""
+    problems = []
+    for role, topic in topics.active().items():
+        msgtype, option = ROLES[role]
+        if topic not in found:
+            problems.append(f"  {topic} ({msgtype}) for {role}: not in the bag; remap with "
+                            f"{option} TOPIC")
+        elif found[topic][0] != msgtype:
+            problems.append(f"  {topic} for {role}: has type {found[topic][0]}, needs "
+                            f"{msgtype}; remap with {option} TOPIC")
+        elif found[topic][1] == 0:
+            problems.append(f"  {topic} ({msgtype}) for {role}: 0 messages")
+    if problems:
+        raise BagEpisodeError(
+            f"{path}: cannot build an episode from this bag.\nFound (topic, type, messages):\n"
+            f"{_found(found)}\nNeeded:\n" + "\n".join(problems) + "\nAn episode needs both "
+            "cameras, the EE pose and the EE commands (--topic-joint-states '' drops the joint "
+            "states).")
+
+
+def _stamp_ns(msg, log_ns: int) -> int:
+    stamp = msg.header.stamp
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec) or int(log_ns)
+
+
+def _nearest(stamps: np.ndarray, at: int, max_skew_ns: int) -> int | None:
+    """Index of the stamp nearest to ``at`` (sorted ``stamps``), or None beyond the skew."""
+    if len(stamps) == 0:
+        return None
+    i = int(np.searchsorted(stamps, at))
+    best = min((j for j in (i - 1, i) if 0 <= j < len(stamps)),
+               key=lambda j: abs(int(stamps[j]) - at))
+    return best if abs(int(stamps[best]) - at) <= max_skew_ns else None
+
+
+def _rpy_from_quat(quat_xyzw: np.ndarray) -> np.ndarray:
+    from heisd_ros.sim.rotations import matrix_to_rpy, quat_xyzw_to_matrix  # numpy only
+
+    return matrix_to_rpy(quat_xyzw_to_matrix(quat_xyzw))
+
+
+def _joints(msg) -> tuple[np.ndarray, float]:
+    names, pos = list(msg.name), np.asarray(msg.position, dtype=np.float64)
+    arm = JOINT_STATE_NAMES[:6]
+    if all(n in names for n in arm):
+        joints = np.array([pos[names.index(n)] for n in arm])
+    elif len(pos) >= 6:
+        joints = pos[:6]
+    else:
+        raise BagEpisodeError(f"joint states: expected 6 arm joints, got names {names}")
+    gripper = float(pos[names.index("gripper")]) if "gripper" in names else 0.0
+    return joints, gripper
+
+
+def _read_first_pass(reader, roles: dict[str, str], ts) -> dict[str, list]:
+    """Per role [(header stamp ns, item)] by stamp; camera items are None (stamps only)."""
+    out: dict[str, list] = {role: [] for role in roles.values()}
+    conns = [c for c in reader.connections if c.topic in roles]
+    for conn, log_ns, raw in reader.messages(connections=conns):
+        role = roles[conn.topic]
+        msg = ts.deserialize_cdr(raw, conn.msgtype)
+        if role in ("primary", "wrist"):
+            item = None
+        elif role == "ee_command":
+            if int(msg.mode) != 0:
+                raise BagEpisodeError(f"{conn.topic}: command {msg.step_index} has mode "
+                                      f"{msg.mode}; only MODE_DELTA (0) commands are actions "
+                                      f"a VLA takes")
+            t, r = msg.translation_m, msg.rotation_rad
+            item = np.array([t.x, t.y, t.z, r.x, r.y, r.z, float(msg.gripper)])
+        elif role == "ee_pose":
+            p, q = msg.pose.position, msg.pose.orientation
+            item = (np.array([p.x, p.y, p.z]), np.array([q.x, q.y, q.z, q.w]))
+        else:
+            item = _joints(msg)
+        out[role].append((_stamp_ns(msg, log_ns), item))
+    for items in out.values():
+        items.sort(key=lambda x: x[0])   # stable: equal stamps keep log order
+    return out
+
+
+def _pair(data: dict[str, list], skew_ns: int) -> tuple[list[dict[str, int]], int]:
+    """Per usable command: indices (into ``data``) of it and its frames, state and pose."""
+    stamps = {role: np.array([s for s, _ in items], dtype=np.int64)
+              for role, items in data.items()}
+    steps, used, dropped = [], set(), 0
+    for index, (stamp, _) in enumerate(data["ee_command"]):
+        primary = _nearest(stamps["primary"], stamp, skew_ns)
+        if primary is None or primary in used:
+            dropped += 1
+            continue
+        at = int(stamps["primary"][primary])
+        step = {"command": index, "primary": primary}
+        for role in ("wrist", "ee_pose", "joint_states"):
+            step[role] = _nearest(stamps[role], at, skew_ns) if role in stamps else -1
+        if None in step.values():
+            dropped += 1
+            continue
+        used.add(primary)
+        steps.append(step)
+    steps.sort(key=lambda s: int(stamps["primary"][s["primary"]]))
+    return steps, dropped
+
+
+def _read_images(reader, roles: dict[str, str], ts,
+                 wanted: dict[str, set[int]]) -> dict[str, dict[int, np.ndarray]]:
+    """Second pass: decode only the camera frames (by header stamp) some step uses."""
+    images: dict[str, dict[int, np.ndarray]] = {role: {} for role in wanted}
+    conns = [c for c in reader.connections if roles.get(c.topic) in wanted]
+    for conn, log_ns, raw in reader.messages(connections=conns):
+        role = roles[conn.topic]
+        msg = ts.deserialize_cdr(raw, conn.msgtype)
+        stamp = _stamp_ns(msg, log_ns)
+        if stamp in wanted[role] and stamp not in images[role]:
+            try:
+                images[role][stamp] = image_from_msg(msg)
+            except ValueError as err:
+                raise BagEpisodeError(f"{conn.topic}: {err}; convert the images to rgb8 or "
+                                      f"bgr8 (e.g. with image_proc) first") from err
+    return images
+
+
+def load_bag_episode(path: str | Path, topics: EpisodeTopics = EpisodeTopics(),
+                     defaults: EpisodeDefaults = EpisodeDefaults(),
+                     max_skew_s: float = 0.05) -> EpisodeRecord:
+    """Read one bag into an :class:`EpisodeRecord` (see the module docstring)."""
+    from rosbags.rosbag2 import Reader, ReaderError
+
+    path = Path(path)
+    if not is_bag(path):
+        raise BagEpisodeError(f"{path}: not a rosbag2 directory (no {METADATA_FILE}); pass the "
+                              f"directory `ros2 bag record` or heisd-record wrote")
+    identity = bag_identity(path, defaults)
+    roles = {topic: role for role, topic in topics.active().items()}
+    ts = make_typestore()
+    try:
+        with Reader(path) as reader:
+            check_topics(path, {c.topic: (c.msgtype, c.msgcount) for c in reader.connections},
+                         topics)
+            data = _read_first_pass(reader, roles, ts)
+            steps, dropped = _pair(data, int(round(max_skew_s * 1e9)))
+            if not steps:
+                raise BagEpisodeError(
+                    f"{path}: no EE command on {topics.ee_command} could be paired with a "
+                    f"{topics.primary} frame within {max_skew_s} s (a command carries the "
+                    f"stamp of the observation it was decided on); check the topics or raise "
+                    f"--max-skew-s")
+            wanted = {role: {data[role][s[role]][0] for s in steps}
+                      for role in ("primary", "wrist")}
+            images = _read_images(reader, roles, ts, wanted)
+    except (ReaderError, OSError) as err:
+        raise BagEpisodeError(f"{path}: the bag cannot be read ({type(err).__name__}: {err}); "
+                              f"the storage file is probably truncated or corrupt") from err
+    return _record(path, identity, topics, data, images, steps, dropped)
+
+
+def _record(path: Path, identity: dict, topics: EpisodeTopics, data: dict, images: dict,
+            steps: list[dict[str, int]], dropped: int) -> EpisodeRecord:
+    n = len(steps)
+    frame = {role: [data[role][s[role]][0] for s in steps] for role in ("primary", "wrist")}
+    stamps_s = np.array(frame["primary"], dtype=np.float64) * 1e-9
+    joints, gripper = np.zeros((n, 6)), np.zeros(n)
+    if "joint_states" in data:
+        for t, s in enumerate(steps):
+            joints[t], gripper[t] = data["joint_states"][s["joint_states"]][1]
+    positions = np.array([data["ee_pose"][s["ee_pose"]][1][0] for s in steps])
+    quats = np.array([data["ee_pose"][s["ee_pose"]][1][1] for s in steps])
+    step_success = np.zeros(n, bool)
+    step_success[-1] = identity["success"]
+    rate = float(1.0 / np.median(np.diff(stamps_s))) if n > 1 else 0.0
+    return EpisodeRecord(
+        suite=identity["suite"], task=identity["task"], instruction=identity["instruction"],
+        seed=identity["seed"], success=identity["success"], control_rate_hz=rate,
+        image_third_person=np.stack([images["primary"][s] for s in frame["primary"]]),
+        image_wrist=np.stack([images["wrist"][s] for s in frame["wrist"]]),
+        joint_positions_rad=joints.astype(np.float32), gripper_width_m=gripper.astype(np.float32),
+        ee_position_m=positions.astype(np.float32),
+        ee_rpy_rad=np.array([_rpy_from_quat(q) for q in quats], dtype=np.float32),
+        ee_quat_xyzw=quats.astype(np.float32),
+        action=np.array([data["ee_command"][s["command"]][1] for s in steps], dtype=np.float32),
+        stamp_s=stamps_s, step_success=step_success,
+        metadata={"source": "rosbag2", "bag": str(path), "topics": topics.active(),
+                  "dropped_commands": dropped})
+
+
+def iter_bag_paths(root: str | Path, suites: Iterable[str] | None = None,
+                   tasks: Iterable[str] | None = None,
+                   defaults: EpisodeDefaults = EpisodeDefaults()) -> list[Path]:
+    """Bags under ``root`` (or ``root`` itself), optionally only of some suites / tasks."""
+    wanted_suites, wanted_tasks = set(suites or ()), set(tasks or ())
+    out = []
+    for path in find_bags(root):
+        if wanted_suites or wanted_tasks:
+            identity = bag_identity(path, defaults)
+            if wanted_suites and identity["suite"] not in wanted_suites:
+                continue
+            if wanted_tasks and identity["task"] not in wanted_tasks:
+                continue
+        out.append(path)
+    return out
+
+
+def load_any_episode(path: str | Path, topics: EpisodeTopics = EpisodeTopics(),
+                     defaults: EpisodeDefaults = EpisodeDefaults(),
+                     max_skew_s: float = 0.05) -> EpisodeRecord:
+    """An npz episode file or a rosbag2 directory (e.g. the held-out list of offline stats)."""
+    if Path(path).is_dir():
+        return load_bag_episode(path, topics, defaults, max_skew_s)
+    from heisd_ros.data.npz_episodes import load_episode
+
+    return load_episode(path)
