@@ -217,6 +217,14 @@ class RetrievalNode(Node):
                 counts[task] = store.count(task)
             except StoreError as exc:
                 counts[task] = f"count failed: {exc}"
+        warm = getattr(store, "warm_up", None)
+        if warm is not None:
+            # Shards, payload caches and vectors in memory before the first request, so no
+            # request pays for them under its deadline (cold HNSW searches take ~5-7 ms).
+            try:
+                warm()
+            except StoreError as exc:
+                self.get_logger().warning(f"retrieval DB warm-up failed: {exc}")
         self._store, self._counts, self._reason = store, counts, ""
         self._retriever = Retriever(store, self.retriever_config)
         if self._reopen_timer is not None:
