@@ -53,7 +53,7 @@ def test_bringup_runs_the_sim_graph_in_one_process(tmp_path):
         assert "retrieval DB unavailable" in text  # the missing DB is reported, nothing dies
         # the default method, heisd: `--db` is the policy's DB too; without it, drafter SD
         assert "policy configured: method 'heisd'" in text
-        assert ("policy: WARNING: heisd runs as drafter SD: no router statistics "
+        assert ("[policy_node]: heisd runs as drafter SD: no router statistics "
                 f"(model.db_dir '{tmp_path / 'no_db'}' is not a directory") in text
     finally:
         proc.send_signal(signal.SIGINT)
