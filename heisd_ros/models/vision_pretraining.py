@@ -25,6 +25,7 @@ from torch.nn import functional as F
 
 from heisd_ros.actions.bins import N_BINS
 from heisd_ros.models.small_vla import SmallVLA, pose_features
+from heisd_ros.models.vla_training import normalise_pixels
 
 HORIZONS_STEPS = (3, 8)
 DISPLACEMENT_SCALE_M = 0.02
@@ -107,7 +108,7 @@ def pretrain_vision(trainer, steps: int, batch_size: int, lr: float,
             group["lr"] = lr * warm * 0.5 * (1 + math.cos(math.pi * step / max(1, steps)))
         index = trainer.rng.choice(trainer.train_index, size=batch_size, replace=False)
         images, _, _, proprio = trainer._batch(index, augment=True)
-        features = vla.net.vision.features(_normalise(images))
+        features = vla.net.vision.features(normalise_pixels(images))
         loss = aux_loss(head, features, proprio, trainer.aux_targets[index])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -117,9 +118,3 @@ def pretrain_vision(trainer, steps: int, batch_size: int, lr: float,
         if progress is not None:
             progress(losses[-1])
     return losses
-
-
-def _normalise(images: np.ndarray) -> torch.Tensor:
-    from heisd_ros.models.vla_training import normalise_pixels
-
-    return normalise_pixels(images)
