@@ -77,3 +77,26 @@ def test_after_a_refused_pair_the_next_good_pair_is_taken():
         gate.add_frame("wrist", 10.2, IMG)
         result = gate.take(10.22)
         assert result.snapshot is not None, (refused_case, result.problem)
+
+
+@pytest.mark.parametrize("order", [("third_person", "wrist"), ("wrist", "third_person")])
+def test_future_frames_arriving_one_by_one_never_block_the_good_pair_after_them(order):
+    """Frames that arrive one by one, with a take between them, still give the good pair.
+
+    This is the node's real timing; it must hold whichever camera comes first.
+    """
+    gate = gate_with()
+    assert gate.take(10.01).snapshot is not None
+    first, second = order
+    gate.add_frame(first, 20.0, IMG)
+    assert gate.take(10.1).kind == "frame from the future"
+    gate.add_frame(second, 20.0, IMG)
+    refused = gate.take(10.11)
+    assert refused.kind == "frame from the future" and second in refused.problem
+    assert not gate.take(10.12).problem  # each future frame is reported once
+    gate.add_robot(robot(10.2))
+    gate.add_frame(first, 10.2, IMG)
+    waiting = gate.take(10.21)
+    assert waiting.snapshot is None and not waiting.problem, waiting.problem
+    gate.add_frame(second, 10.2, IMG)
+    assert gate.take(10.22).snapshot is not None

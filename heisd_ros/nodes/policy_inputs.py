@@ -6,8 +6,10 @@ decides whether a step may run on them. The rules:
 - both cameras need a new frame since the last pair taken or refused (so a refused pair is
   reported once); the two stamps must lie within ``pair_tolerance_s`` of each other
   ("unpaired frames" otherwise);
-- a frame older than ``max_age_s`` ("stale frames") or more than ``max_future_s`` ahead of
-  the clock ("frame from the future") is never acted on;
+- a frame older than ``max_age_s`` ("stale frames") is never acted on; a frame more than
+  ``max_future_s`` ahead of the clock ("frame from the future") is refused per camera as it
+  arrives, reported once, and blocks only its own camera until that camera's next frame (so
+  the good frames that follow are paired with each other, whatever order the cameras come in);
 - the newest message of a camera decides: a malformed one (wrong encoding, bad size) blocks
   the camera until a good frame arrives, instead of falling back to an older good frame;
 - with ``require_same_size`` both cameras must deliver the same image size ("mismatched
@@ -123,6 +125,7 @@ class InputGate:
         self._used_stamp = -math.inf
         self._last_pair: list[float] | None = None  # stamps of the last taken/refused pair
         self._malformed: tuple[str, float] | None = None
+        self._future: dict[str, float] = {}  # camera -> stamp of its refused future frame
 
     def add_frame(self, camera: str, stamp_s: float, rgb: np.ndarray | None,
                   problem: str = "") -> None:
@@ -148,6 +151,9 @@ class InputGate:
             return GateResult()
         frames = [self._frames[camera] for camera in CAMERAS]
         stamps = [stamp for stamp, _rgb, _problem in frames]
+        future = self._refuse_future_frames(stamps, now_s)
+        if future is not None:
+            return future
         last = self._last_pair
         if last is not None and any(s == t for s, t in zip(stamps, last, strict=True)):
             return GateResult()  # a camera has nothing new since the last taken/refused pair
@@ -158,10 +164,6 @@ class InputGate:
                 self._malformed = (camera, stamp)
                 return self._refuse(f"malformed {camera} image: {problem}")
         newest, oldest = max(stamps), min(stamps)
-        if newest - now_s > cfg.max_future_s:
-            return self._refuse(f"frame from the future: stamped {newest - now_s:.3f} s "
-                                       f"ahead of this node's clock (max_future_s "
-                                       f"{cfg.max_future_s} s)")
         if now_s - newest > cfg.max_age_s:
             return self._refuse(f"stale frames: {now_s - newest:.3f} s old (max_age_s "
                                        f"{cfg.max_age_s} s)")
@@ -189,6 +191,24 @@ class InputGate:
                                            f"(max_state_skew_s {cfg.max_state_skew_s} s)")
         self._used_stamp, self._last_pair = newest, stamps
         return GateResult(Snapshot(newest, third, wrist, robot))
+
+    def _refuse_future_frames(self, stamps: list[float], now_s: float) -> GateResult | None:
+        """Refuse the cameras' newest frames stamped ahead of the clock, once; None if none is.
+
+        Every camera whose newest frame is ahead is marked at once, so two future frames that
+        are already waiting together give one report; a frame that comes later gets its own.
+        """
+        ahead_s = self.config.max_future_s
+        ahead = {camera: stamp for camera, stamp in zip(CAMERAS, stamps, strict=True)
+                 if stamp - now_s > ahead_s}
+        new = [camera for camera, stamp in ahead.items() if self._future.get(camera) != stamp]
+        if not new:
+            return GateResult() if ahead else None  # blocked cameras wait for their next frame
+        self._future.update(ahead)
+        lead_s = max(ahead[camera] for camera in new) - now_s
+        return GateResult(problem=f"frame from the future: {' and '.join(new)} stamped "
+                                  f"{lead_s:.3f} s ahead of this node's clock "
+                                  f"(max_future_s {ahead_s} s)")
 
     def _refuse(self, problem: str) -> GateResult:
         # The refused pair is reported once: the next pair needs a new frame from each
