@@ -75,3 +75,39 @@ def test_collect_config_names_bad_fields():
         CollectConfig(suites=("piper_goal",), fmt="hdf5")
     with pytest.raises(SystemExit):
         main(["--suites", "piper_goal", "--format", "hdf5"])
+
+
+def test_execution_noise_perturbs_the_arm_and_keeps_the_experts_labels():
+    """DART: the arm executes label + noise, the record keeps the expert's corrective label."""
+    from heisd_ros.sim.config import SimConfig
+    from heisd_ros.sim.demos import ExecutionNoise, record_expert_episode
+    from heisd_ros.sim.env import PiperSimEnv
+    from heisd_ros.sim.expert import ScriptedExpert
+    from heisd_ros.sim.suites import get_task
+
+    noise = ExecutionNoise(translation_m=0.004, rotation_rad=0.03)
+    with PiperSimEnv(get_task("piper_goal", "red_block_on_plate"),
+                     SimConfig(image_width_px=32, image_height_px=32)) as env:
+        expert = ScriptedExpert(env)
+        clean = record_expert_episode(env, expert, seed=7)
+        noisy = record_expert_episode(env, expert, seed=7, noise=noise)
+    assert clean.success and noisy.success
+    assert noisy.metadata["execution_noise"] == {"translation_m": 0.004, "rotation_rad": 0.03}
+    np.testing.assert_array_equal(noisy.action[0], clean.action[0])  # nothing seen yet
+    assert not np.allclose(noisy.action[1:10], clean.action[1:10])
+
+    def tracking_error_m(record):
+        # How far the executed EE motion is from the recorded label, per step (m).
+        moved = np.diff(record.ee_position_m, axis=0)
+        return np.median(np.linalg.norm(moved - record.action[:-1, :3], axis=1))
+
+    # The arm does not follow the labels of the noisy record, and the labels correct it:
+    # label[t + 1] = planned increment - noise[t], so the change of label after a step
+    # points back against what that step's noise did to the arm.
+    assert tracking_error_m(noisy) > 2 * tracking_error_m(clean) + 0.002
+    error = np.diff(noisy.ee_position_m, axis=0)[:-1] - noisy.action[:-2, :3]
+    change = np.diff(noisy.action[:-1, :3], axis=0)
+    assert np.mean(np.sum(error * change, axis=1) < 0) > 0.7
+    assert set(np.unique(noisy.action[:, 6])) <= {0.0, 1.0}
+    with pytest.raises(ValueError, match="translation_m"):
+        ExecutionNoise(translation_m=-1.0)

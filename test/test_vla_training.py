@@ -246,3 +246,55 @@ def test_soft_labels_train_too():
     for _ in range(30):
         trainer.train_step()
     assert trainer.evaluate(train_index)["loss"] < before - 0.3
+
+
+def test_gripper_change_steps_mark_the_change_and_the_span_after_it_within_episodes():
+    from heisd_ros.models.vla_training import gripper_change_steps
+
+    gripper = np.array([0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1])
+    episode = np.array([0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1])  # the 0 -> 1 at index 7 is a new one
+    marked = gripper_change_steps(gripper, episode, span=2)
+    assert np.flatnonzero(marked).tolist() == [2, 3, 6, 8, 9]
+    assert not gripper_change_steps(np.zeros(5), np.zeros(5), span=3).any()
+
+
+def test_gripper_changes_are_sampled_by_their_weight():
+    cache = synthetic_cache(n_episodes=6, steps=20)
+    train_index, _ = split_episodes(cache, 1)
+    stats = ActionStats.from_actions(cache.actions[train_index])
+    vla = SmallVLA.random(TINY, seed=0)
+    counts = {}
+    for weight in (1.0, 20.0):
+        config = VLATrainConfig(steps=1, batch_size=8, gripper_change_weight=weight,
+                                gripper_change_span=1)
+        trainer = VLATrainer(vla, cache, train_index, config, stats)
+        from heisd_ros.models.vla_training import gripper_change_steps
+
+        marked = gripper_change_steps(trainer.bins[:, -1], cache.episode, 1)
+        drawn = np.concatenate([trainer.rng.choice(trainer.train_index, size=8, replace=False,
+                                                   p=trainer.sample_p) for _ in range(300)])
+        counts[weight] = marked[drawn].mean()
+    assert 0 < counts[1.0] < 0.7 and counts[20.0] > counts[1.0] + 0.2
+    with pytest.raises(ValueError, match="gripper_change_weight"):
+        VLATrainConfig(gripper_change_weight=0.5)
+
+
+def test_command_line_fine_tunes_from_a_checkpoint_keeping_its_bins(tmp_path):
+    from heisd_ros.tools import train_vla
+
+    write_npz_demos(tmp_path / "demos")
+    common = ["--demos", str(tmp_path / "demos"), "--batch-size", "4", "--val-every", "1",
+              "--warmup", "1", "--eval-episodes", "0", "--quiet", "--threads", "1",
+              "--steps", "2"]
+    assert train_vla.main(common + ["--out", str(tmp_path / "a"), "--layers", "1", "--hidden",
+                                    "32", "--intermediate", "64", "--heads", "2",
+                                    "--vision-dim", "32"]) == 0
+    base = load_small_vla(tmp_path / "a" / "small_vla.safetensors")
+    assert train_vla.main(common + ["--out", str(tmp_path / "b"), "--init-from",
+                                    str(tmp_path / "a" / "small_vla.safetensors"),
+                                    "--gripper-change-weight", "5"]) == 0
+    tuned = load_small_vla(tmp_path / "b" / "small_vla.safetensors")
+    assert tuned.config == base.config
+    assert tuned.action_stats.to_json() == base.action_stats.to_json()
+    before = dict(base.net.named_parameters())
+    assert any(not torch.equal(p, before[n]) for n, p in tuned.net.named_parameters())

@@ -14,7 +14,7 @@ from pathlib import Path
 from heisd_ros.data.npz_episodes import episode_path, save_episode
 from heisd_ros.data.rosbag_io import make_typestore, write_episode_bag
 from heisd_ros.sim.config import SimConfig
-from heisd_ros.sim.demos import record_expert_episode
+from heisd_ros.sim.demos import ExecutionNoise, record_expert_episode
 from heisd_ros.sim.env import PiperSimEnv
 from heisd_ros.sim.expert import ExpertConfig, ScriptedExpert
 from heisd_ros.sim.suites import get_task, list_tasks
@@ -39,6 +39,8 @@ class CollectConfig:
         fmt: "npz", "mcap", "sqlite3" (rosbag2 storage) or "both" (npz + mcap).
         overwrite: replace existing episode files instead of refusing.
         max_steps: per-episode step limit (None = each task's own limit).
+        noise: DART execution noise (none by default); the recorded action is always the
+            expert's own (see :class:`~heisd_ros.sim.demos.ExecutionNoise`).
     """
 
     suites: tuple[str, ...]
@@ -49,6 +51,7 @@ class CollectConfig:
     fmt: str = "npz"
     overwrite: bool = False
     max_steps: int | None = None
+    noise: ExecutionNoise = ExecutionNoise()
 
     def __post_init__(self) -> None:
         if not self.suites:
@@ -89,7 +92,8 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
         with PiperSimEnv(get_task(suite, task), sim_config) as env:
             expert = ScriptedExpert(env, expert_config)
             for seed in range(config.seed, config.seed + config.episodes):
-                record = record_expert_episode(env, expert, seed, config.max_steps)
+                record = record_expert_episode(env, expert, seed, config.max_steps,
+                                               config.noise)
                 if record.success:
                     _write(record, out, config, typestore)
                     kept.append(seed)
@@ -104,7 +108,7 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
             "mean_steps": round(sum(steps) / len(steps), 1) if steps else None}
     return {
         "format": config.fmt, "out_dir": str(out), "seed": config.seed,
-        "episodes_per_task": config.episodes,
+        "episodes_per_task": config.episodes, "execution_noise": asdict(config.noise),
         "total_kept": sum(v["kept"] for v in per_task.values()),
         "total_dropped": sum(v["dropped"] for v in per_task.values()),
         "tasks": per_task, "sim_config": asdict(sim_config or SimConfig()),

@@ -3,36 +3,85 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+
+import numpy as np
 
 from heisd_ros.data.episode import EpisodeRecord, EpisodeRecorder
 from heisd_ros.sim.env import PiperSimEnv
 from heisd_ros.sim.expert import ScriptedExpert
 
 
+@dataclasses.dataclass(frozen=True)
+class ExecutionNoise:
+    """Noise added to the expert's command before the arm executes it (DART).
+
+    Behaviour cloning from clean demonstrations never shows the policy a state off the
+    expert's path, so its own small errors compound (covariate shift). DART (Laskey et al.,
+    "DART: Noise Injection for Robust Imitation Learning", CoRL 2017) executes the expert's
+    action plus noise while recording the expert's clean action as the label; our expert
+    plans against the commanded pose, so its next action steers back to its path and the
+    demonstrations gain the corrections a policy needs. The gripper is never perturbed.
+
+    Attributes:
+        translation_m: standard deviation per axis of the translation noise, m.
+        rotation_rad: standard deviation per axis of the roll/pitch/yaw noise, rad.
+    """
+
+    translation_m: float = 0.0
+    rotation_rad: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("translation_m", "rotation_rad"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}: expected a finite value >= 0, got {value!r}")
+
+    @property
+    def active(self) -> bool:
+        """True when any noise is added."""
+        return self.translation_m > 0 or self.rotation_rad > 0
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        """(7,) offset to add to an action: translation, rotation, gripper (always 0)."""
+        return np.concatenate([rng.normal(0.0, self.translation_m, 3) if self.translation_m
+                               else np.zeros(3),
+                               rng.normal(0.0, self.rotation_rad, 3) if self.rotation_rad
+                               else np.zeros(3), [0.0]])
+
+
 def record_expert_episode(env: PiperSimEnv, expert: ScriptedExpert, seed: int,
-                          max_steps: int | None = None) -> EpisodeRecord:
+                          max_steps: int | None = None,
+                          noise: ExecutionNoise | None = None) -> EpisodeRecord:
     """Reset ``env`` and ``expert`` with ``seed`` and run until success or ``max_steps``.
 
     The episode ends on the first step after which the task predicate holds (LIBERO's
     convention), so demonstrations contain no idle tail. ``record.success`` tells whether
-    that happened; callers drop failures.
+    that happened; callers drop failures. With ``noise`` the arm executes the expert's
+    action plus noise (seeded by ``seed``) and the record keeps the expert's action as the
+    label (see :class:`ExecutionNoise`).
     """
     task = env.task
     limit = task.max_steps if max_steps is None else int(max_steps)
     if limit < 1:
         raise ValueError(f"max_steps: expected >= 1, got {max_steps}")
+    noise = noise if noise is not None and noise.active else None
+    noise_rng = np.random.default_rng([seed, 0xDA27])
     observation = env.reset(seed)
     expert.reset(seed)
     recorder = EpisodeRecorder(task.suite, task.name, task.instruction, seed,
                                env.config.control_rate_hz,
                                metadata={"source": "scripted_expert",
                                          "sim_config": dataclasses.asdict(env.config),
-                                         "expert_config": dataclasses.asdict(expert.config)})
+                                         "expert_config": dataclasses.asdict(expert.config),
+                                         "execution_noise": dataclasses.asdict(
+                                             noise or ExecutionNoise())})
     state = env.robot_state()
     success = False
     for _ in range(limit):
         action = expert.act(observation)
-        result = env.step(action)
+        executed = action + noise.sample(noise_rng) if noise is not None else action
+        result = env.step(executed)
         recorder.add(image_third_person=observation.image_primary,
                      image_wrist=observation.image_wrist,
                      joint_positions_rad=state.joint_positions_rad,

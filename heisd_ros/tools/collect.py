@@ -21,6 +21,7 @@ from pathlib import Path
 
 from heisd_ros.sim.collection import FORMATS, CollectConfig, collect, summary_lines
 from heisd_ros.sim.config import SimConfig
+from heisd_ros.sim.demos import ExecutionNoise
 from heisd_ros.sim.suites import list_suites
 
 
@@ -40,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-steps", type=int, default=None,
                         help="step limit per episode (default: the task's own)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing episodes")
+    parser.add_argument("--execution-noise-m", type=float, default=0.0,
+                        help="DART: std of noise added to the executed translation per step, m "
+                             "(the recorded label stays the expert's action)")
+    parser.add_argument("--execution-noise-rad", type=float, default=0.0,
+                        help="DART: std of noise added to the executed rotation per step, rad")
     return parser
 
 
@@ -52,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         config = CollectConfig(suites=tuple(args.suites), tasks=tuple(args.tasks),
                                episodes=args.episodes, seed=args.seed, out_dir=args.out,
                                fmt=args.format, overwrite=args.overwrite,
-                               max_steps=args.max_steps)
+                               max_steps=args.max_steps,
+                               noise=ExecutionNoise(args.execution_noise_m,
+                                                    args.execution_noise_rad))
         sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
         with tqdm(total=config.total_attempts, unit="episode") as bar:
             counts = {"kept": 0, "dropped": 0}

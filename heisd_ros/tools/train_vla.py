@@ -114,20 +114,31 @@ def train(args) -> dict:
     if not args.eval_only:
         if args.resume and not state_path.is_file():
             raise FileNotFoundError(f"--resume: no checkpoint at {state_path}")
+        init = load_small_vla(args.init_from) if args.init_from else None
+        if init is not None:
+            if init.action_stats is None:
+                raise ValueError(f"--init-from: {args.init_from} has no action statistics")
+            model_config = init.config
         cache_path = Path(args.cache) if args.cache else out / \
             f"demo_cache_{model_config.image_size_px}.npz"
         cache = load_or_build_cache(args.demos, cache_path, model_config.image_size_px,
                                     not args.quiet)
         train_index, val_index = split_episodes(cache, args.heldout_per_task)
         train_episodes = sorted(set(cache.episode[train_index].tolist()))
-        stats = ActionStats.from_actions(cache.actions[train_index])
+        # Fine-tuning keeps the bins of the model it starts from.
+        stats = init.action_stats if init is not None else ActionStats.from_actions(
+            cache.actions[train_index])
         config = VLATrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                                 warmup_steps=args.warmup, shift_px=args.shift_px, seed=args.seed,
                                 label_sigma_bins=args.label_sigma_bins,
-                                aux_weight=args.aux_weight)
-        with torch.random.fork_rng():
-            torch.manual_seed(args.seed)
-            vla = SmallVLA.random(model_config, seed=args.seed)
+                                aux_weight=args.aux_weight,
+                                gripper_change_weight=args.gripper_change_weight)
+        if init is not None:
+            vla = init
+        else:
+            with torch.random.fork_rng():
+                torch.manual_seed(args.seed)
+                vla = SmallVLA.random(model_config, seed=args.seed)
         # Training uses PyTorch's fused attention; the checkpoint keeps the config's
         # (mask-capable) implementation for the decoders.
         vla.net.llm.set_attn_implementation("sdpa")
@@ -268,6 +279,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--val-samples", type=int, default=512)
     parser.add_argument("--checkpoint-every", type=int, default=50)
     parser.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt")
+    parser.add_argument("--init-from", default=None, metavar="SAFETENSORS",
+                        help="fine-tune: start from this small VLA's weights, architecture and "
+                             "action bins (a new optimiser and schedule; the architecture "
+                             "options are ignored)")
+    parser.add_argument("--gripper-change-weight", type=float, default=1.0,
+                        help="sampling weight of the steps around a gripper change (1 = "
+                             "uniform; see VLATrainConfig)")
     parser.add_argument("--eval-only", action="store_true",
                         help="skip training; evaluate OUT/small_vla.safetensors")
     parser.add_argument("--eval-episodes", type=int, default=5,
