@@ -460,6 +460,7 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
         from heisd_ros.retrieval.store import open_store
 
         store = open_store(store_config, model_fingerprint=model_fingerprint(target))
+        store.warm_up()  # as the retrieval node does: no step pays for loading a shard
         retriever = Retriever(store, RetrieverConfig(k=config.retrieval.k, demote_steps=0))
     if sw.retrieval and retriever is not None:
         retrieval = RetrievalSource(retriever, target.actions.vocab_base, config.retrieval)

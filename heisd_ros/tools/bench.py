@@ -123,6 +123,7 @@ def _add_hybrid_modes(args, target, head, modes: dict) -> tuple[list, dict]:
     router_stats = args.router_stats or offline["router_stats"].get(suite, {}).get("path")
     store = open_store(StoreConfig(path=args.db, exact_search=args.exact),
                        model_fingerprint=model_fingerprint(target))
+    store.warm_up()  # timed decoding starts with the shards loaded, as on the robot
     retrieval = RetrievalSourceConfig(k=args.retrieval_k, deadline_s=args.deadline_ms / 1e3)
     for method in args.methods.split(","):
         retriever = Retriever(store, RetrieverConfig(k=args.retrieval_k, demote_steps=0))
