@@ -416,8 +416,22 @@ def _fill_result(record: HybridStepRecord, result: HybridResult, used_retrieval:
     record.stage_ms = stage_ms
 
 
+def open_warm_store(store_config, target):
+    """Open ``store_config`` checked against ``target``'s fingerprint, then warm it up.
+
+    Warming up is what the retrieval node does after opening: no control step pays for
+    loading a shard. An embedded DB can be opened once per process; share the result.
+    """
+    from heisd_ros.retrieval.embedding import model_fingerprint
+    from heisd_ros.retrieval.store import open_store
+
+    store = open_store(store_config, model_fingerprint=model_fingerprint(target))
+    store.warm_up()
+    return store
+
+
 def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None,
-                         store_config=None, router_stats=None, calibration=None,
+                         store_config=None, store=None, router_stats=None, calibration=None,
                          config: HybridConfig | None = None, codec: ActionCodec | None = None,
                          task: str | None = None) -> HybridDecoder:
     """A :class:`HybridDecoder` for ``method`` from paths or objects.
@@ -428,7 +442,10 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
         draft_head: a DraftHead, a safetensors path (``heisd-train-drafter``), or None (the
             decoder then uses AR where it would draft).
         retriever: a retrieval client (``Retriever`` or a ROS service client), or None.
-        store_config: a StoreConfig to open in-process instead (fingerprint-checked).
+        store_config: a StoreConfig to open in-process instead (fingerprint-checked and
+            warmed up, as the retrieval node does).
+        store: an already opened ``VectorStore`` to query in-process instead (one store
+            shared by several decoders of a process: an embedded DB can be opened once).
         router_stats: RouterStats or a JSON path (``heisd-build-db`` writes one per suite).
         calibration: a VerifySkipCalibration or a JSON path (``heisd-calibrate``); sets the
             skip and router thresholds.
@@ -454,13 +471,11 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
             draft_head = load_draft_head(draft_head, target)
         drafter = DrafterSource(draft_head, target, config.drafter_tree)
     retrieval = None
-    if sw.retrieval and retriever is None and store_config is not None:
-        from heisd_ros.retrieval.embedding import model_fingerprint
+    if sw.retrieval and retriever is None and (store is not None or store_config is not None):
         from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
-        from heisd_ros.retrieval.store import open_store
 
-        store = open_store(store_config, model_fingerprint=model_fingerprint(target))
-        store.warm_up()  # as the retrieval node does: no step pays for loading a shard
+        if store is None:
+            store = open_warm_store(store_config, target)
         retriever = Retriever(store, RetrieverConfig(k=config.retrieval.k, demote_steps=0))
     if sw.retrieval and retriever is not None:
         retrieval = RetrievalSource(retriever, target.actions.vocab_base, config.retrieval)

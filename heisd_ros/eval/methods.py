@@ -36,6 +36,8 @@ class MethodContext:
         relaxed_radius_bins: per-dimension radius of the relaxed rule (gripper last).
         tree: ``DraftTreeConfig`` of the drafter, None for its default.
         extra: free-form options passed through to hybrid factories.
+        opened_store: the in-process store opened from ``db`` by the first hybrid method
+            (set by the factories; None until then).
     """
 
     target: Any
@@ -46,6 +48,7 @@ class MethodContext:
     relaxed_radius_bins: tuple[int, ...] = DEFAULT_RELAXED_RADIUS_BINS
     tree: Any = None
     extra: dict = field(default_factory=dict)
+    opened_store: Any = None
 
     def need(self, name: str, method: str) -> Any:
         """The attribute ``name``, or a ValueError saying which method needs it."""
@@ -87,13 +90,18 @@ def _hybrid(method: str) -> MethodFactory:
                              f"not available ({err})") from err
         from heisd_ros.decoding.drafter_source import DraftTreeConfig
 
-        store = ctx.db if type(ctx.db).__name__ == "StoreConfig" else None
+        in_process = type(ctx.db).__name__ == "StoreConfig"
+        if in_process and ctx.opened_store is None:
+            # One embedded store per process, shared by every method's decoder (each keeps
+            # its own Retriever and episode memory); it is opened and warmed up once.
+            ctx.opened_store = hybrid.open_warm_store(ctx.db, ctx.target)
         config = hybrid.HybridConfig(method=method,
                                      relaxed_radius_bins=tuple(ctx.relaxed_radius_bins),
                                      drafter_tree=ctx.tree or DraftTreeConfig())
         return hybrid.build_hybrid_decoder(
             method, ctx.target, draft_head=ctx.drafter,
-            retriever=None if store is not None else ctx.db, store_config=store,
+            retriever=None if in_process else ctx.db,
+            store=ctx.opened_store if in_process else None,
             router_stats=ctx.router_stats, calibration=ctx.calibration, config=config)
 
     return build
