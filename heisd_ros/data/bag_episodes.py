@@ -3,7 +3,8 @@
 A bag holds the robot's topics (see :mod:`heisd_ros.data.rosbag_io`): two camera images,
 ``/joint_states``, ``/ee_pose`` and the EE commands ``/heisd/ee_command``. Bags written by
 ``heisd-record`` / ``heisd-collect`` and bags of the live system taken with ``ros2 bag record``
-both work; other topic names are remapped with :class:`EpisodeTopics` (``--topic-*``).
+both work; other topic names are remapped with :class:`EpisodeTopics` (``--topic-*``, the
+roles of :mod:`heisd_ros.data.bag_topics`).
 
 Steps are defined by the EE commands: a command's header stamp is the stamp of the
 observation it was decided on (EECommand.msg), so step t pairs command t with the primary
@@ -20,33 +21,26 @@ What a bag does not carry is filled in: ``ee_rpy_rad`` from the pose quaternion,
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from heisd_ros.data.episode import JOINT_STATE_NAMES, EpisodeRecord
-from heisd_ros.data.rosbag_io import (
-    EE_COMMAND_TYPE,
-    TOPIC_EE_COMMAND,
-    TOPIC_EE_POSE,
-    TOPIC_JOINT_STATES,
-    TOPIC_THIRD_PERSON,
-    TOPIC_WRIST,
-    image_from_msg,
-    make_typestore,
+from heisd_ros.data.bag_topics import (
+    ROLES,
+    BagTopics,
+    found_and_needed,
+    missing_topic,
+    remap_hint,
 )
+from heisd_ros.data.episode import JOINT_STATE_NAMES, EpisodeRecord
+from heisd_ros.data.rosbag_io import image_from_msg, make_typestore
 
 METADATA_FILE = "metadata.yaml"
-#: role -> (message type, CLI option)
-ROLES: dict[str, tuple[str, str]] = {
-    "primary": ("sensor_msgs/msg/Image", "--topic-primary"),
-    "wrist": ("sensor_msgs/msg/Image", "--topic-wrist"),
-    "joint_states": ("sensor_msgs/msg/JointState", "--topic-joint-states"),
-    "ee_pose": ("geometry_msgs/msg/PoseStamped", "--topic-ee-pose"),
-    "ee_command": (EE_COMMAND_TYPE, "--topic-ee-command"),
-}
-_OPTIONAL = ("joint_states",)
+#: The roles an episode reads (all of :data:`~heisd_ros.data.bag_topics.ROLES`); of these,
+#: only ``joint_states`` may be disabled with ''.
+EPISODE_ROLES = ("primary", "wrist", "joint_states", "ee_pose", "ee_command")
+EPISODE_OPTIONAL = ("joint_states",)
 
 
 class BagEpisodeError(ValueError):
@@ -54,23 +48,11 @@ class BagEpisodeError(ValueError):
 
 
 @dataclass(frozen=True)
-class EpisodeTopics:
+class EpisodeTopics(BagTopics):
     """Topic of each role; ``joint_states`` may be '' (joint angles 0, gripper width 0)."""
 
-    primary: str = TOPIC_THIRD_PERSON
-    wrist: str = TOPIC_WRIST
-    joint_states: str = TOPIC_JOINT_STATES
-    ee_pose: str = TOPIC_EE_POSE
-    ee_command: str = TOPIC_EE_COMMAND
-
     def __post_init__(self) -> None:
-        for f in fields(self):
-            if not getattr(self, f.name) and f.name not in _OPTIONAL:
-                raise ValueError(f"{ROLES[f.name][1]}: the {f.name} topic is required")
-
-    def active(self) -> dict[str, str]:
-        """The topic of every enabled role, by role."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+        self.require(r for r in EPISODE_ROLES if r not in EPISODE_OPTIONAL)
 
 
 @dataclass(frozen=True)
@@ -132,31 +114,23 @@ def bag_identity(path: str | Path, defaults: EpisodeDefaults = EpisodeDefaults()
             "seed": seed, "success": custom.get("heisd.success", "true").lower() != "false"}
 
 
-def _found(topics: dict[str, tuple[str, int]]) -> str:
-    if not topics:
-        return "  (no topics)"
-    return "\n".join(f"  {t}  {ty}  ({n} messages)" for t, (ty, n) in sorted(topics.items()))
-
-
 def check_topics(path: Path, found: dict[str, tuple[str, int]], topics: EpisodeTopics) -> None:
     """Raise :class:`BagEpisodeError` naming what was found and needed, and the remaps."""
     problems = []
-    for role, topic in topics.active().items():
-        msgtype, option = ROLES[role]
+    for role, topic in topics.active(EPISODE_ROLES).items():
+        msgtype = ROLES[role].msgtype
         if topic not in found:
-            problems.append(f"  {topic} ({msgtype}) for {role}: not in the bag; remap with "
-                            f"{option} TOPIC")
+            problems.append(missing_topic(role, topic, [msgtype]))
         elif found[topic][0] != msgtype:
             problems.append(f"  {topic} for {role}: has type {found[topic][0]}, needs "
-                            f"{msgtype}; remap with {option} TOPIC")
+                            f"{msgtype}; {remap_hint(role)}")
         elif found[topic][1] == 0:
             problems.append(f"  {topic} ({msgtype}) for {role}: 0 messages")
     if problems:
         raise BagEpisodeError(
-            f"{path}: cannot build an episode from this bag.\nFound (topic, type, messages):\n"
-            f"{_found(found)}\nNeeded:\n" + "\n".join(problems) + "\nAn episode needs both "
-            "cameras, the EE pose and the EE commands (--topic-joint-states '' drops the joint "
-            "states).")
+            f"{path}: cannot build an episode from this bag.\n{found_and_needed(found, problems)}"
+            "\nAn episode needs both cameras, the EE pose and the EE commands "
+            "(--topic-joint-states '' drops the joint states).")
 
 
 def _stamp_ns(msg, log_ns: int) -> int:
@@ -272,7 +246,7 @@ def load_bag_episode(path: str | Path, topics: EpisodeTopics = EpisodeTopics(),
         raise BagEpisodeError(f"{path}: not a rosbag2 directory (no {METADATA_FILE}); pass the "
                               f"directory `ros2 bag record` or heisd-record wrote")
     identity = bag_identity(path, defaults)
-    roles = {topic: role for role, topic in topics.active().items()}
+    roles = {topic: role for role, topic in topics.active(EPISODE_ROLES).items()}
     ts = make_typestore()
     try:
         with Reader(path) as reader:
@@ -320,7 +294,7 @@ def _record(path: Path, identity: dict, topics: EpisodeTopics, data: dict, image
         ee_quat_xyzw=quats.astype(np.float32),
         action=np.array([data["ee_command"][s["command"]][1] for s in steps], dtype=np.float32),
         stamp_s=stamps_s, step_success=step_success,
-        metadata={"source": "rosbag2", "bag": str(path), "topics": topics.active(),
+        metadata={"source": "rosbag2", "bag": str(path), "topics": topics.active(EPISODE_ROLES),
                   "dropped_commands": dropped})
 
 

@@ -17,37 +17,24 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from heisd_ros.data.observation import Observation
-from heisd_ros.data.rosbag_io import (
-    IMAGE_TYPES,
-    READ_ERRORS,
-    TOPIC_EE_POSE,
-    TOPIC_JOINT_STATES,
-    TOPIC_THIRD_PERSON,
-    TOPIC_WRIST,
-    image_from_msg,
-    make_typestore,
+from heisd_ros.data.bag_topics import (
+    ROLES,
+    BagTopics,
+    found_and_needed,
+    missing_topic,
+    option,
+    remap_hint,
 )
+from heisd_ros.data.observation import Observation
+from heisd_ros.data.rosbag_io import READ_ERRORS, image_from_msg, make_typestore
 
-#: topic role -> (accepted types, CLI option, required); each camera may have either type.
-ROLES = {"primary": (IMAGE_TYPES, "--topic-primary", True),
-         "wrist": (IMAGE_TYPES, "--topic-wrist", True),
-         "joint_states": (("sensor_msgs/msg/JointState",), "--topic-joint-states", False),
-         "ee_pose": (("geometry_msgs/msg/PoseStamped",), "--topic-ee-pose", False)}
+#: The roles replay reads -> whether each is required (its topic must be in the bag; '' still
+#: disables it). Each camera may be an Image or a CompressedImage (``ROLES[role].accepts``).
+REPLAY_ROLES = {"primary": True, "wrist": True, "joint_states": False, "ee_pose": False}
 
 
 class BagError(ValueError):
     """A bag that cannot be replayed; the message is meant for the user as is."""
-
-
-@dataclass(frozen=True)
-class BagTopics:
-    """Topic of each role; an empty string disables an optional role (or the wrist camera)."""
-
-    primary: str = TOPIC_THIRD_PERSON
-    wrist: str = TOPIC_WRIST
-    joint_states: str = TOPIC_JOINT_STATES
-    ee_pose: str = TOPIC_EE_POSE
 
 
 @dataclass
@@ -60,12 +47,6 @@ class BagInfo:
     storage: str
     custom_data: dict = field(default_factory=dict)
     missing_optional: list[str] = field(default_factory=list)
-
-
-def _found(topics: dict[str, tuple[str, int]]) -> str:
-    if not topics:
-        return "  (no topics)"
-    return "\n".join(f"  {t}  {ty}  ({n} messages)" for t, (ty, n) in sorted(topics.items()))
 
 
 def _metadata(path: Path) -> dict:
@@ -120,29 +101,29 @@ def inspect_bag(path: str | Path, topics: BagTopics) -> BagInfo:
                    str(meta.get("storage_identifier", "")), dict(meta.get("custom_data") or {}))
     total = sum(n for _, n in found.values())
     problems = []
-    for role, (msgtypes, option, required) in ROLES.items():
+    for role, required in REPLAY_ROLES.items():
+        msgtypes = ROLES[role].accepts
         msgtype = " or ".join(msgtypes)
         topic = getattr(topics, role)
         if not topic:
             continue
         if topic not in found:
             if required:
-                problems.append(f"  {topic} ({msgtype}) for the {role} camera: not in the bag; "
-                                f"remap with {option} TOPIC")
+                problems.append(missing_topic(role, topic, msgtypes, f"the {role} camera"))
             else:
                 info.missing_optional.append(topic)
         elif found[topic][0] not in msgtypes:
             problems.append(f"  {topic}: has type {found[topic][0]}, replay needs {msgtype}; "
-                            f"remap with {option} TOPIC")
+                            f"{remap_hint(role)}")
         elif required and found[topic][1] == 0:
             problems.append(f"  {topic} ({msgtype}): 0 messages")
     if problems or total == 0:
         head = "the bag is empty (0 messages)" if total == 0 else "the bag cannot be replayed"
-        raise BagError(f"{path}: {head}.\nFound (topic, type, messages):\n{_found(found)}\n"
-                       f"Needed:\n" + ("\n".join(problems) or "  messages on the camera topics")
+        raise BagError(f"{path}: {head}.\n"
+                       + found_and_needed(found, problems or ["  messages on the camera topics"])
                        + "\nReplay needs " + ", ".join(
-                           f"{role} {' or '.join(ROLES[role][0])} ({ROLES[role][1]})"
-                           for role in ROLES if ROLES[role][2])
+                           f"{role} {' or '.join(ROLES[role].accepts)} ({option(role)})"
+                           for role, required in REPLAY_ROLES.items() if required)
                        + "; optional: joint states and EE pose (--topic-joint-states, "
                          "--topic-ee-pose). Pass --topic-wrist '' for a bag without a wrist "
                          "camera.")
@@ -199,8 +180,8 @@ def iter_frames(info: BagInfo, topics: BagTopics, instruction: str, max_frames: 
     """
     from rosbags.rosbag2 import Reader
 
-    roles = {getattr(topics, r): r for r in ROLES if getattr(topics, r)
-             and getattr(topics, r) in info.topics}
+    roles = {topic: role for role, topic in topics.active(REPLAY_ROLES).items()
+             if topic in info.topics}
     ts, state = make_typestore(), _State()
     pending, wrist, ready, count, skipped = None, None, None, 0, 0
 

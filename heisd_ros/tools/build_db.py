@@ -69,16 +69,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _add_bag_arguments(p: argparse.ArgumentParser) -> None:
-    from heisd_ros.data.bag_episodes import EpisodeTopics
+    from heisd_ros.data.bag_episodes import EPISODE_OPTIONAL, EPISODE_ROLES
+    from heisd_ros.data.bag_topics import add_topic_arguments
 
-    topics = EpisodeTopics()
     bag = p.add_argument_group("rosbag2 demonstrations")
-    bag.add_argument("--topic-primary", default=topics.primary, help="third-person camera")
-    bag.add_argument("--topic-wrist", default=topics.wrist, help="wrist camera")
-    bag.add_argument("--topic-joint-states", default=topics.joint_states, help="('' = none)")
-    bag.add_argument("--topic-ee-pose", default=topics.ee_pose, help="EE pose (PoseStamped)")
-    bag.add_argument("--topic-ee-command", default=topics.ee_command,
-                     help="heisd_ros/msg/EECommand actions")
+    add_topic_arguments(bag, EPISODE_ROLES, optional=EPISODE_OPTIONAL)
     bag.add_argument("--max-skew-s", type=float, default=0.05,
                      help="largest header-stamp difference of paired messages, s")
     bag.add_argument("--bag-task", default=None, help="task of bags without heisd.task "
@@ -101,9 +96,7 @@ def _demo_source(args) -> tuple[list[Path], object, object]:
     if fmt == "npz":
         paths = npz_episodes.iter_episode_paths(root, args.suites, args.tasks)
         return paths, npz_episodes.load_episode, lambda path: path.parent.name
-    topics = bag_episodes.EpisodeTopics(args.topic_primary, args.topic_wrist,
-                                        args.topic_joint_states, args.topic_ee_pose,
-                                        args.topic_ee_command)
+    topics = bag_episodes.EpisodeTopics.from_args(args, bag_episodes.EPISODE_ROLES)
     defaults = bag_episodes.EpisodeDefaults(args.bag_suite, args.bag_task, args.bag_instruction)
     if not root.exists():
         raise ValueError(f"--demos: {root} does not exist")
@@ -117,8 +110,10 @@ def _demo_source(args) -> tuple[list[Path], object, object]:
 
 def _bag_options(args) -> dict:
     """The bag reading options, so later tools can read the held-out bags alike."""
-    return {"topics": {role: getattr(args, f"topic_{role}") for role in
-                       ("primary", "wrist", "joint_states", "ee_pose", "ee_command")},
+    from heisd_ros.data.bag_episodes import EPISODE_ROLES
+    from heisd_ros.data.bag_topics import topic_options
+
+    return {"topics": topic_options(args, EPISODE_ROLES),
             "max_skew_s": args.max_skew_s, "suite": args.bag_suite, "task": args.bag_task,
             "instruction": args.bag_instruction}
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from heisd_ros.eval.bag_frames import BagTopics
+from heisd_ros.data.bag_topics import BagTopics, add_topic_arguments, option, topic_options
+from heisd_ros.eval.bag_frames import REPLAY_ROLES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,20 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     from heisd_ros.eval.methods import METHODS
     from heisd_ros.tools._common import add_decoder_arguments
 
-    defaults = BagTopics()
     p = argparse.ArgumentParser(prog="heisd-replay", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bag", help="rosbag2 directory (the one holding metadata.yaml)")
     p.add_argument("--methods", nargs="+", default=["ar", "drafter"],
                    help=f"methods besides AR, from {sorted(METHODS)} (AR is always run)")
-    p.add_argument("--topic-primary", default=None,
-                   help=f"third-person camera (default {defaults.primary}, or its /compressed "
-                        f"topic)")
-    p.add_argument("--topic-wrist", default=None,
-                   help=f"wrist camera, '' = none (default {defaults.wrist}, or its /compressed "
-                        f"topic)")
-    p.add_argument("--topic-joint-states", default=defaults.joint_states, help="('' = none)")
-    p.add_argument("--topic-ee-pose", default=defaults.ee_pose, help="('' = none)")
+    add_topic_arguments(p, REPLAY_ROLES, optional=("wrist", "joint_states", "ee_pose"),
+                        find_compressed=True)
     p.add_argument("--instruction", default=None,
                    help="task instruction (default: the bag's heisd.instruction custom data)")
     p.add_argument("--task", default=None, help="retrieval DB collection (default: the bag's "
@@ -75,16 +69,14 @@ def resolve_topics(args) -> BagTopics:
 
     defaults = BagTopics()
     present = metadata_topics(args.bag)  # {} for no bag: inspect_bag then says why
-
-    def camera(option: str | None, default: str) -> str:
-        if option is not None:
-            return option
-        compressed = default + COMPRESSED_SUFFIX
-        return compressed if default not in present and compressed in present else default
-
-    return BagTopics(camera(args.topic_primary, defaults.primary),
-                     camera(args.topic_wrist, defaults.wrist), args.topic_joint_states,
-                     args.topic_ee_pose)
+    topics = topic_options(args, REPLAY_ROLES)
+    for role in ("primary", "wrist"):
+        if topics[role] is None:
+            default = getattr(defaults, role)
+            compressed = default + COMPRESSED_SUFFIX
+            topics[role] = (compressed if default not in present and compressed in present
+                            else default)
+    return BagTopics(**topics)
 
 
 def check_cameras(info, topics: BagTopics) -> None:
@@ -97,7 +89,7 @@ def check_cameras(info, topics: BagTopics) -> None:
     from heisd_ros.data.rosbag_io import READ_ERRORS, first_messages, image_from_msg
     from heisd_ros.eval.bag_frames import BagError
 
-    options = {topics.primary: "--topic-primary", topics.wrist: "--topic-wrist"}
+    options = {topics.primary: option("primary"), topics.wrist: option("wrist")}
     cameras = [t for t in (topics.primary, topics.wrist) if t]
     try:
         first = first_messages(info.path, cameras)
@@ -159,8 +151,7 @@ def run(args) -> dict:
                        f"the header stamps or raise --max-skew-s")
     summary = summarise_replay(frames)
     return {"bag": str(info.path), "storage": info.storage, "files": info.files,
-            "topics": {r: getattr(topics, r) for r in ("primary", "wrist", "joint_states",
-                                                        "ee_pose")},
+            "topics": {r: getattr(topics, r) for r in REPLAY_ROLES},
             "missing_optional_topics": info.missing_optional, "instruction": instruction,
             **desc, "methods": summary,
             "projection": project(summary, ComponentCosts(drafter_forward_ms=args.drafter_ms)),
