@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from heisd_ros.retrieval.embedding import ID_STRIDE
 from heisd_ros.retrieval.store import open_store
@@ -28,6 +29,36 @@ def test_synthetic_rows_have_latency_cpu_time_and_recall(tmp_path, capsys):
         assert row["cpu_ms"]["median"] > 0
     assert "cpu p99" in capsys.readouterr().out
     assert not list(tmp_path.glob("heisd_bench_*"))   # temporary DBs removed
+
+
+def test_quantization_options_are_recorded_per_row(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code = bench.main(["retrieval", "--sizes", "400", "--dims", "32", "--queries", "20",
+                       "--ef", "32", "--k", "4", "--qdrant-max", "400", "--datatypes",
+                       "float32,float16", "--quantization", "int8", "--oversampling", "3",
+                       "--m", "8", "--workdir", str(tmp_path), "--json", str(out)])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert (result["quantization"], result["oversampling"], result["rescore"]) == ("int8", 3.0,
+                                                                                   True)
+    rows = {r["backend"]: r for r in result["rows"]}
+    assert list(rows) == ["edge-hnsw-int8", "edge-float16-int8", "qdrant-local"]
+    for name, datatype in (("edge-hnsw-int8", "float32"), ("edge-float16-int8", "float16")):
+        row = rows[name]
+        assert (row["vector_datatype"], row["hnsw_m"], row["hnsw_ef"]) == (datatype, 8, 32)
+        assert (row["quantization"], row["oversampling"], row["rescore"]) == ("int8", 3.0, True)
+        assert row["recall_at_4"] >= 0.9
+    # qdrant-client's local mode ignores quantization, so its row says so.
+    assert rows["qdrant-local"]["quantization"] == "none"
+    assert rows["qdrant-local"]["oversampling"] is None
+    table = capsys.readouterr().out
+    assert "quant" in table and "int8x3" in table
+
+
+def test_oversampling_below_one_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["retrieval", "--quantization", "int8", "--oversampling", "0.5"])
+    assert "--oversampling" in capsys.readouterr().err
 
 
 def test_db_source_holds_out_whole_demonstrations(tmp_path):

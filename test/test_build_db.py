@@ -118,3 +118,14 @@ def test_embedding_is_unit_and_fingerprint_tracks_weights(tiny_random_vla):  # n
     other = SmallVLA.random(TINY, seed=99)
     assert model_fingerprint(other) != model_fingerprint(tiny_random_vla)
     assert model_fingerprint(tiny_random_vla) == model_fingerprint(tiny_random_vla)
+
+
+def test_index_options_reach_the_store_config(tmp_path):
+    base = ["--demos", str(tmp_path), "--db", str(tmp_path / "db")]
+    config = build_db._store_config(build_db.parse_args(base))
+    assert (config.vector_datatype, config.quantization) == ("float32", "none")
+    config = build_db._store_config(build_db.parse_args(
+        [*base, "--vector-datatype", "float16", "--quantization", "int8"]))
+    assert (config.vector_datatype, config.quantization) == ("float16", "int8")
+    with pytest.raises(SystemExit):
+        build_db.parse_args([*base, "--quantization", "int4"])

@@ -113,6 +113,73 @@ def test_edge_hnsw_index_finds_near_duplicates(tmp_path):
     assert found == picks.tolist()
 
 
+@pytest.mark.parametrize("kind", ["qdrant_path", "qdrant_shared"])
+def test_qdrant_local_mode_accepts_int8_quantization(kind, tmp_path):
+    vecs, payloads = _data(200, seed=4)
+    cfg = _config(kind, tmp_path, quantization="int8", quantization_oversampling=3.0)
+    with open_store(cfg, create=True, dimension=DIM, model_fingerprint=FP) as store:
+        store.create_collection(TASK)
+        store.upsert(TASK, range(200), vecs, payloads)
+        store.finalize()
+    with open_store(cfg, dimension=DIM, model_fingerprint=FP) as store:
+        for q in (0, 77, 199):   # local mode ignores the quantization: exact results
+            hits = store.search(TASK, vecs[q], k=5)
+            want_ids, want_scores = _cosine_topk(vecs, vecs[q], 5)
+            assert [h.id for h in hits] == want_ids
+            np.testing.assert_allclose([h.score for h in hits], want_scores, atol=1e-5)
+
+
+class _RecordingClient:
+    """Stands in for a QdrantClient at a server: records create_collection/query_points."""
+
+    def __init__(self, **kwargs):
+        self.collections, self.queries = {}, []
+
+    def collection_exists(self, name):
+        return name in self.collections
+
+    def create_collection(self, name, **kwargs):
+        self.collections[name] = kwargs
+
+    def upsert(self, *args, **kwargs):
+        pass
+
+    def query_points(self, name, **kwargs):
+        self.queries.append(kwargs)
+        return type("Response", (), {"points": []})()
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_qdrant_server_collections_and_searches_carry_int8_settings(monkeypatch, exact):
+    import qdrant_client
+    from qdrant_client import models
+
+    monkeypatch.setattr(qdrant_client, "QdrantClient", _RecordingClient)
+    cfg = StoreConfig(backend="qdrant", url="http://db:6333", quantization="int8",
+                      quantization_rescore=False, quantization_oversampling=3.0,
+                      exact_search=exact)
+    with open_store(cfg, create=True, dimension=DIM, model_fingerprint=FP) as store:
+        store.create_collection(TASK)
+        assert store.search(TASK, np.ones(DIM), k=4) == []
+        client = store._client
+        created = client.collections[store._name(TASK)]
+        params = client.queries[-1]["search_params"]
+    assert created["quantization_config"] == models.ScalarQuantization(
+        scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8, quantile=0.99,
+                                               always_ram=True))
+    assert params.exact is exact
+    want = (models.QuantizationSearchParams(ignore=True) if exact else
+            models.QuantizationSearchParams(ignore=False, rescore=False, oversampling=3.0))
+    assert params.quantization == want
+    plain = StoreConfig(backend="qdrant", url="http://db:6333")
+    with open_store(plain, create=True, dimension=DIM, model_fingerprint=FP) as store:
+        store.create_collection(TASK)
+        assert store._client.collections[store._name(TASK)]["quantization_config"] is None
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_missing_db_path_is_a_clear_error(kind, tmp_path):
     cfg = _config(kind, tmp_path)

@@ -19,8 +19,16 @@ from disk through the page cache, so the cost grows under memory pressure);
 ``StoreConfig.payload_cache = False`` uses ``retrieve`` instead. ``warm_up()`` also reads
 every vector once; a serving process should call it after opening (``VectorStore.warm_up``).
 
-The vector datatype (``StoreConfig.vector_datatype``) is fixed when a shard is created and read
-back from its ``edge_config.json`` on load, so a float16 DB opens with any serving config.
+The vector datatype (``StoreConfig.vector_datatype``) and the quantization
+(``StoreConfig.quantization``) are fixed when a shard is created and read back from its
+``edge_config.json`` on load, so a float16 or int8 DB opens with any serving config (loading
+with other vector params would rewrite the stored config: a quantization left out of it is
+dropped for every segment optimized later). int8 is a ``ScalarQuantizationConfig`` (Int8,
+quantile 0.99, ``Memory.Pinned``) in the shard's vector params; the quantized copies are built
+by ``optimize()`` with the HNSW graph, so segments below the indexing threshold have none. A
+non-exact search passes ``QuantizationSearchParams(rescore, oversampling)`` from the serving
+config (a shard without quantized vectors ignores them); an exact search passes
+``ignore=True`` and scores the original vectors.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from heisd_ros.retrieval.store_config import StoreConfig
 
 MANIFEST_FILE = "heisd_db.json"
 SHARD_CONFIG_FILE = "edge_config.json"  # written by qdrant-edge into every shard directory
+INT8_QUANTILE = 0.99  # int8 range: this quantile of the values (outliers are clipped)
 
 
 class EdgeStore(VectorStore):
@@ -51,6 +60,13 @@ class EdgeStore(VectorStore):
         self._root = Path(config.path).expanduser()
         self._shards: dict[str, object] = {}  # collection name -> open EdgeShard
         self._payloads: dict[str, dict[int, bytes]] = {}  # collection -> id -> pickled payload
+        # Exact search scores the original vectors; HNSW search scores the quantized ones (if
+        # the shard has them) and rescores its oversampled candidates.
+        self._quantization_params = (
+            qdrant_edge.QuantizationSearchParams(ignore=True) if config.exact_search
+            else qdrant_edge.QuantizationSearchParams(
+                ignore=False, rescore=config.quantization_rescore,
+                oversampling=float(config.quantization_oversampling)))
 
     def _where(self) -> str:
         return f"edge:{self._root}"
@@ -74,13 +90,22 @@ class EdgeStore(VectorStore):
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True), encoding="utf-8")
         os.replace(tmp, self._root / MANIFEST_FILE)  # atomic: never a half-written manifest
 
-    def _edge_config(self, datatype: str | None = None):
+    def _edge_config(self, stored: dict | None = None):
+        """The shard config; for an existing shard, ``stored`` (:func:`_stored_index`) wins."""
         qe, cfg = self._qe, self.config
+        stored = stored or {}
         dtype = {"float32": qe.VectorStorageDatatype.Float32,
-                 "float16": qe.VectorStorageDatatype.Float16}[datatype or cfg.vector_datatype]
+                 "float16": qe.VectorStorageDatatype.Float16}[
+                     stored.get("datatype") or cfg.vector_datatype]
+        quantization = stored.get("quantization") or cfg.quantization
+        quantization_config = None
+        if quantization == "int8":
+            quantization_config = qe.ScalarQuantizationConfig(
+                type=qe.ScalarType.Int8, quantile=stored.get("quantile", INT8_QUANTILE),
+                memory=qe.Memory.Pinned)
         return qe.EdgeConfig(
             vectors=qe.EdgeVectorParams(size=self.dimension, distance=qe.Distance.Cosine,
-                                        datatype=dtype),
+                                        datatype=dtype, quantization_config=quantization_config),
             hnsw_config=qe.HnswIndexConfig(m=cfg.hnsw_m, ef_construct=cfg.hnsw_ef_construct,
                                            full_scan_threshold=cfg.full_scan_threshold_kb),
             optimizers=qe.EdgeOptimizersConfig(indexing_threshold=cfg.full_scan_threshold_kb),
@@ -93,7 +118,7 @@ class EdgeStore(VectorStore):
             if not directory.is_dir():
                 raise FileNotFoundError(f"shard directory {directory} is missing")
             shard = self._qe.EdgeShard.load(str(directory),
-                                            self._edge_config(_stored_datatype(directory)))
+                                            self._edge_config(_stored_index(directory)))
             self._shards[name] = shard
         return shard
 
@@ -101,7 +126,7 @@ class EdgeStore(VectorStore):
         directory = self._root / name
         if (directory / "segments").exists():  # left over from an interrupted build
             self._shards[name] = self._qe.EdgeShard.load(
-                str(directory), self._edge_config(_stored_datatype(directory)))
+                str(directory), self._edge_config(_stored_index(directory)))
         else:
             self._shards[name] = self._qe.EdgeShard.create(str(directory), self._edge_config())
 
@@ -117,7 +142,8 @@ class EdgeStore(VectorStore):
                 deadline_s: float | None) -> list[Hit]:
         qe = self._qe
         params = qe.SearchParams(hnsw_ef=max(self.config.hnsw_ef, k),
-                                 exact=self.config.exact_search)
+                                 exact=self.config.exact_search,
+                                 quantization=self._quantization_params)
         request = qe.SearchRequest(query=qe.Query.Nearest(_floats(vector)), limit=k,
                                    params=params, with_payload=False, with_vector=False)
         shard = self._shard(name)
@@ -159,8 +185,18 @@ class EdgeStore(VectorStore):
         # 2-core dev machine: median 6.8 ms instead of 0.7 ms); it costs ~1 s per 100k.
         probe = [self.dimension ** -0.5] * self.dimension
         shard.search(qe.SearchRequest(query=qe.Query.Nearest(probe), limit=1,
-                                      params=qe.SearchParams(exact=True), with_payload=False,
+                                      params=qe.SearchParams(
+                                          exact=True,
+                                          quantization=qe.QuantizationSearchParams(ignore=True)),
+                                      with_payload=False,
                                       with_vector=False))
+
+    def stored_quantization(self, task: str) -> str:
+        """Quantization the task's shard was built with ("none" or "int8"), from its config."""
+        name = self._name(task)
+        stored = self._guard(f"read the shard config of {task!r}", _stored_index,
+                             self._root / name)
+        return stored.get("quantization") or "none"
 
     def _export(self, name: str, task: str) -> tuple[list[int], list]:
         records = list(self._scroll(name, with_payload=False, with_vector=True))
@@ -190,10 +226,26 @@ def _floats(vector: np.ndarray) -> array.array:
     return array.array("f", np.ascontiguousarray(vector, dtype=np.float32).tobytes())
 
 
-def _stored_datatype(directory: Path) -> str | None:
-    """Vector datatype a shard was created with (None: unknown, e.g. no config file)."""
+def _stored_index(directory: Path) -> dict:
+    """Vector params a shard was created with, from its ``edge_config.json``.
+
+    Returns ``{"datatype": "float32" | "float16", "quantization": "none" | "int8"}``, plus
+    ``"quantile"`` for int8; ``{}`` when unknown (e.g. no config file). A quantization this
+    code does not build (product, binary, ...) raises ValueError: reopening the shard without
+    it would drop it from the stored config.
+    """
     try:
         meta = json.loads((directory / SHARD_CONFIG_FILE).read_text(encoding="utf-8"))
-        return str(meta["vectors"][""].get("datatype", "float32")).lower()
+        params = meta["vectors"][""]
+        datatype = str(params.get("datatype", "float32")).lower()
+        quantization = params.get("quantization_config") or meta.get("quantization_config")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+        return {}
+    if not quantization:
+        return {"datatype": datatype, "quantization": "none"}
+    scalar = quantization.get("scalar") if isinstance(quantization, dict) else None
+    if not isinstance(scalar, dict) or str(scalar.get("type", "")).lower() != "int8":
+        raise ValueError(f"shard {directory} was built with a quantization this code does not "
+                         f"support: {quantization!r}")
+    return {"datatype": datatype, "quantization": "int8",
+            "quantile": float(scalar.get("quantile") or INT8_QUANTILE)}

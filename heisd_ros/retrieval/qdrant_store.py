@@ -10,6 +10,10 @@ Layouts (``StoreConfig.layout``):
 The DB metadata (manifest + task list) lives in a one-point collection ``<prefix>_manifest``
 so a server holds it next to the data. Local mode (``path`` set, ``":memory:"`` included)
 always searches exactly and ignores sharding/replication/HNSW settings.
+
+``StoreConfig.quantization = "int8"`` creates collections with scalar int8 quantization
+(quantile 0.99, always in RAM); a server's HNSW searches then pass the config's rescore and
+oversampling. Local mode accepts the setting and ignores it (exact search on the originals).
 """
 
 from __future__ import annotations
@@ -89,7 +93,10 @@ class QdrantStore(VectorStore):
                 datatype=m.Datatype.FLOAT16 if cfg.vector_datatype == "float16" else None),
             shard_number=cfg.shard_number, replication_factor=cfg.replication_factor,
             hnsw_config=m.HnswConfigDiff(m=cfg.hnsw_m, ef_construct=cfg.hnsw_ef_construct,
-                                         full_scan_threshold=cfg.full_scan_threshold_kb))
+                                         full_scan_threshold=cfg.full_scan_threshold_kb),
+            quantization_config=m.ScalarQuantization(scalar=m.ScalarQuantizationConfig(
+                type=m.ScalarType.INT8, quantile=0.99, always_ram=True))
+            if cfg.quantization == "int8" else None)
         if cfg.layout == "shared" and not cfg.is_local:  # local mode has no payload indexes
             self._client.create_payload_index(
                 target, "task", field_schema=m.KeywordIndexParams(
@@ -105,8 +112,13 @@ class QdrantStore(VectorStore):
         m, cfg = self._models, self.config
         kwargs = {}
         if not cfg.is_local:  # local mode is always exact and warns about search params
+            quantization = (m.QuantizationSearchParams(ignore=True) if cfg.exact_search
+                            else m.QuantizationSearchParams(
+                                ignore=False, rescore=cfg.quantization_rescore,
+                                oversampling=float(cfg.quantization_oversampling)))
             kwargs["search_params"] = m.SearchParams(hnsw_ef=max(cfg.hnsw_ef, k),
-                                                     exact=cfg.exact_search)
+                                                     exact=cfg.exact_search,
+                                                     quantization=quantization)
             if deadline_s is not None:  # server-side timeout has whole-second resolution
                 kwargs["timeout"] = max(1, math.ceil(deadline_s))
         response = self._client.query_points(

@@ -24,6 +24,7 @@ Examples:
     heisd-bench profile --json profile.json
     heisd-bench retrieval --sizes 10000,100000 --dims 4352,256 --json retrieval.json
     heisd-bench retrieval --sizes 10000,100000 --dims 4352 --datatypes float32,float16
+    heisd-bench retrieval --sizes 100000 --dims 4352 --quantization int8 --oversampling 2
     heisd-bench retrieval --db runs/db --sizes 100000 --ef 64
 
 Observations are the seeded synthetic scenes; with --db, consecutive steps of the DB's
@@ -325,11 +326,17 @@ def run_retrieval(args) -> dict:
             start = time.perf_counter()
             _exact_top_k(vectors, queries[:20], args.k)
             exact_ms = (time.perf_counter() - start) * 1e3 / len(queries[:20])
-            backends = [(f"edge-{dt}" if dt != "float32" else "edge-hnsw",
-                         {"backend": "edge", "vector_datatype": dt})
+            quantized = args.quantization != "none"
+            suffix = f"-{args.quantization}" if quantized else ""
+            backends = [((f"edge-{dt}" if dt != "float32" else "edge-hnsw") + suffix,
+                         {"backend": "edge", "vector_datatype": dt,
+                          "quantization": args.quantization})
                         for dt in args.datatypes.split(",")]
             if len(vectors) <= args.qdrant_max:
-                backends.append(("qdrant-local", {"backend": "qdrant"}))
+                # Local mode searches exactly and ignores quantization: recorded as "none".
+                backends.append(("qdrant-local", {"backend": "qdrant",
+                                                  "vector_datatype": "float32",
+                                                  "quantization": "none"}))
             for name, kwargs in backends:
                 root = Path(tempfile.mkdtemp(prefix="heisd_bench_", dir=args.workdir))
                 try:
@@ -337,29 +344,45 @@ def run_retrieval(args) -> dict:
                     # (minutes at 10k); in memory it is the same search code.
                     path = ":memory:" if name == "qdrant-local" else str(root / "db")
                     config = StoreConfig(path=path, hnsw_m=args.m,
-                                         hnsw_ef_construct=args.ef_construct, **kwargs)
+                                         hnsw_ef_construct=args.ef_construct,
+                                         quantization_rescore=True,
+                                         quantization_oversampling=args.oversampling, **kwargs)
                     efs = [int(e) for e in args.ef.split(",")]
                     results = bench_store(config, vectors, queries, args.k, efs)
                 finally:
                     shutil.rmtree(root, ignore_errors=True)
+                index = {"vector_datatype": kwargs["vector_datatype"], "hnsw_m": args.m,
+                         "hnsw_ef_construct": args.ef_construct,
+                         "quantization": kwargs["quantization"],
+                         "oversampling": (args.oversampling
+                                          if kwargs["quantization"] != "none" else None),
+                         "rescore": True if kwargs["quantization"] != "none" else None}
                 rows += [{"backend": name, "n": len(vectors), "dim": dim,
-                          "queries": len(queries), "numpy_exact_ms": exact_ms, **result}
+                          "queries": len(queries), "numpy_exact_ms": exact_ms, **index,
+                          **result}
                          for result in results]
             del vectors
     return {"k": args.k, "seed": args.seed, "noise": args.noise, "source": source,
-            "hnsw_m": args.m, "hnsw_ef_construct": args.ef_construct, "rows": rows}
+            "hnsw_m": args.m, "hnsw_ef_construct": args.ef_construct,
+            "quantization": args.quantization, "oversampling": args.oversampling,
+            "rescore": True, "rows": rows}
 
 
 def format_retrieval(result: dict) -> str:
     """Plain-text table of :func:`run_retrieval` output."""
     k = result["k"]
-    lines = [f"{'backend':14}{'ef':>5}{'n':>8}{'dim':>6}{'med ms':>9}{'p99 ms':>9}"
+    lines = [f"{'backend':19}{'m':>4}{'ef':>5}{'quant':>9}{'n':>8}{'dim':>6}"
+             f"{'med ms':>9}{'p99 ms':>9}"
              f"{'cpu med':>9}{'cpu p99':>9}"
              f"{'recall@' + str(k):>10}{'exact ms':>10}{'build s':>9}{'reopen s':>9}"
              f"{'warm s':>8}{'RSS MB':>8}{'disk MB':>9}"]
     for r in result["rows"]:
         lat, cpu, disk = r["latency_ms"], r["cpu_ms"], r["disk_mb"]
-        lines.append(f"{r['backend']:14}{_num(r['hnsw_ef'], 'd'):>5}{r['n']:>8}{r['dim']:>6}"
+        quant = r.get("quantization") or "none"
+        if quant != "none":
+            quant += f"x{r['oversampling']:g}"
+        lines.append(f"{r['backend']:19}{_num(r.get('hnsw_m'), 'd'):>4}"
+                     f"{_num(r['hnsw_ef'], 'd'):>5}{quant:>9}{r['n']:>8}{r['dim']:>6}"
                      f"{lat['median']:>9.3f}{lat['p99']:>9.3f}{cpu['median']:>9.3f}"
                      f"{cpu['p99']:>9.3f}{r[f'recall_at_{k}']:>10.3f}{r['numpy_exact_ms']:>10.2f}"
                      f"{r['build_s']:>9.1f}{_num(r['reopen_s'], '.2f'):>9}"
@@ -387,6 +410,19 @@ def run_profile(args) -> dict:
                            repeats=args.repeats)
     params = sum(p.numel() for p in target.net.parameters()) if hasattr(target, "net") else None
     return {"target": description, "target_parameters": params, **profile}
+
+
+def _oversampling(text: str) -> float:
+    """``--oversampling``: a finite number >= 1."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 1, got {text!r}")
+    return value
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -431,6 +467,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     retrieval.add_argument("--ef", default="64,256", help="HNSW ef values at query time")
     retrieval.add_argument("--datatypes", default="float32", help="edge vector datatypes "
                            "to compare: float32, float16 (comma-separated)")
+    retrieval.add_argument("--quantization", choices=("none", "int8"), default="none",
+                           help="edge vector quantization: int8 searches scalar int8 copies "
+                           "and rescores the candidates with the stored vectors")
+    retrieval.add_argument("--oversampling", type=_oversampling, default=2.0,
+                           help="with --quantization int8: candidates fetched per result "
+                           "before rescoring (>= 1)")
     retrieval.add_argument("--m", type=int, default=16, help="HNSW edges per node")
     retrieval.add_argument("--ef-construct", type=int, default=100, help="HNSW build beam")
     retrieval.add_argument("--db", default=None, help="use this heisd-build-db DB's embeddings "

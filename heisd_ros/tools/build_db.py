@@ -64,6 +64,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--vector-datatype", choices=("float32", "float16"), default="float32",
                    help="stored vector type; float16 halves the DB's memory (recall@8 within "
                    "0.01 on 100k demonstration-shaped vectors, see heisd-bench retrieval)")
+    p.add_argument("--quantization", choices=("none", "int8"), default="none",
+                   help="int8: the HNSW search scores scalar int8 copies of the vectors (kept "
+                   "in RAM) and rescores its candidates with the stored ones; fixed at build "
+                   "time (see heisd-bench retrieval --quantization)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return p.parse_args(argv)
 
@@ -122,7 +126,8 @@ def _store_config(args):
     from heisd_ros.retrieval.store_config import StoreConfig
 
     return StoreConfig(backend=args.backend, path=args.db, url=args.url,
-                       exact_search=args.exact, vector_datatype=args.vector_datatype)
+                       exact_search=args.exact, vector_datatype=args.vector_datatype,
+                       quantization=args.quantization)
 
 
 def _router_stats(records, window: int, stats_dir: Path) -> dict:
