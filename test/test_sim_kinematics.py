@@ -142,3 +142,45 @@ def test_scene_rejects_duplicate_names():
     cube = ObjectSpec("a", "box", (0.02, 0.02, 0.02), (1, 0, 0, 1))
     with pytest.raises(ValueError, match="unique"):
         build_scene_xml([cube], [FixtureSpec("a", "plate", 0.07, (1, 1, 1, 1))])
+
+
+def test_limited_commands_are_reported_and_the_state_stays_finite(env):
+    """Impossible commands are clamped, named in ``StepResult.limits``, never NaN."""
+    env.reset(6)
+    assert env.step(np.array([0.01, 0, 0, 0, 0, 0, 0])).limits == ()
+    huge = env.step(np.array([0.5, 0, 0, 0, 0.9, 0, 0]))
+    kinds = [text.split(":")[0] for text in huge.limits]
+    assert kinds[:2] == ["step translation", "step rotation"], huge.limits
+    assert "0.5" in huge.limits[0] and "0.05" in huge.limits[0]
+    floor = None
+    for _ in range(20):  # into the table: the workspace floor holds
+        floor = env.step(np.array([0, 0, -0.05, 0, 0, 0, 0]))
+    assert any(text.startswith("workspace:") for text in floor.limits), floor.limits
+    twisted = None
+    for _ in range(30):  # keep rolling the tool: the joint limits end it
+        twisted = env.step(np.array([0, 0, 0, 0.35, 0, 0, 0]))
+    assert any(text.startswith("unreachable:") for text in twisted.limits), twisted.limits
+    state = twisted.state
+    assert np.all(np.isfinite(state.joint_positions_rad)) and np.all(
+        np.isfinite(state.ee_position_m))
+    with pytest.raises(ValueError):
+        env.step(np.array([np.nan, 0, 0, 0, 0, 0, 0]))
+
+
+def test_the_scripted_expert_rarely_meets_a_limit():
+    from heisd_ros.sim.config import SimConfig
+    from heisd_ros.sim.expert import ScriptedExpert
+    from heisd_ros.sim.suites import get_task
+
+    with PiperSimEnv(get_task("piper_goal", "stack_blue_on_red"),
+                     SimConfig(render=False)) as sim:
+        expert = ScriptedExpert(sim)
+        obs, limited, steps = sim.reset(2), [], 0
+        expert.reset(2)
+        while steps < 200:
+            result = sim.step(expert.act(obs))
+            obs, steps = result.observation, steps + 1
+            limited += [text.split(":")[0] for text in result.limits]
+            if result.success:
+                break
+    assert result.success and len(limited) <= 0.05 * steps, limited

@@ -29,6 +29,14 @@ def test_do_nothing_policy_fails_and_stats_are_collected():
     assert all(e.steps == 6 and len(e.stats) == 6 for e in results.episodes)
     assert results.episodes[0].stats[0] == {"target_forwards": 7}
     assert calls[0] == "put the red block on the plate"
+    assert all(e.limits == {} for e in results.episodes)
+
+
+def test_a_policy_pushing_into_the_table_has_its_clamped_steps_counted():
+    results = run_episodes(lambda obs: np.array([0, 0, -0.2, 0, 0, 0, 0]), "piper_goal",
+                           "red_block_on_plate", n=1, seed=1, max_steps=8, config=FAST)
+    limits = results.episodes[0].limits
+    assert limits["step translation"] == 8 and limits["workspace"] >= 3, limits
 
 
 def test_expert_as_policy_on_a_shared_env_succeeds_and_stops_early():

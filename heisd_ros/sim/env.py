@@ -45,13 +45,24 @@ _READY_Q_SEED_RAD = np.array([0.0, 1.4, -1.1, 0.0, 1.0, 0.0])
 _SETTLE_S = 0.3
 
 
+#: IK residuals above these mean the target was out of reach (joint limits or arm length).
+UNREACHED_POSITION_M = 0.002
+UNREACHED_ROTATION_RAD = 0.02
+
+
 @dataclass(frozen=True)
 class StepResult:
-    """What one control step returns: the new observation and robot state, and success."""
+    """What one control step returns: the new observation and robot state, and success.
+
+    ``limits`` names every limit that changed the command in this step ("step translation",
+    "step rotation", "workspace", "unreachable"), each with the numbers, so a caller can
+    report it; an empty tuple means the command was executed as given.
+    """
 
     observation: Observation
     state: RobotState
     success: bool
+    limits: tuple[str, ...] = ()
 
 
 class PiperSimEnv:
@@ -116,11 +127,19 @@ class PiperSimEnv:
     def step(self, action: np.ndarray) -> StepResult:
         """Execute one 7-DoF delta command for one control period."""
         cfg = self.config
-        act = check_action(action)
+        act = check_action(action)  # NaN/inf or a wrong shape raise here, naming the problem
         d_pos = np.clip(act[:3], -cfg.max_step_translation_m, cfg.max_step_translation_m)
         d_rot = np.clip(act[3:6], -cfg.max_step_rotation_rad, cfg.max_step_rotation_rad)
+        limits = []
+        if np.any(d_pos != act[:3]):
+            limits.append(f"step translation: {np.round(act[:3], 4).tolist()} m clamped to "
+                          f"+-{cfg.max_step_translation_m} m per axis")
+        if np.any(d_rot != act[3:6]):
+            limits.append(f"step rotation: {np.round(act[3:6], 4).tolist()} rad clamped to "
+                          f"+-{cfg.max_step_rotation_rad} rad per axis")
         width = 0.0 if act[6] >= GRIPPER_CLOSED_THRESHOLD else GRIPPER_RANGE_M[1]
-        return self._execute(self._cmd_pos + d_pos, rpy_to_matrix(d_rot) @ self._cmd_rot, width)
+        return self._execute(self._cmd_pos + d_pos, rpy_to_matrix(d_rot) @ self._cmd_rot, width,
+                             limits)
 
     def move_to(self, position_m: np.ndarray, rpy_rad: np.ndarray,
                 gripper_width_m: float | None = None) -> StepResult:
@@ -133,10 +152,21 @@ class PiperSimEnv:
         return self._execute(np.asarray(position_m, float), rpy_to_matrix(rpy_rad), width)
 
     def _execute(self, target_pos: np.ndarray, target_rot: np.ndarray,
-                 width_m: float) -> StepResult:
+                 width_m: float, limits: list[str] | None = None) -> StepResult:
         cfg = self.config
-        target_pos = np.clip(target_pos, cfg.workspace_min_m, cfg.workspace_max_m)
-        q_new = self._ik.solve(target_pos, target_rot, self._q_target).q_rad
+        limits = list(limits or ())
+        wanted = np.asarray(target_pos, float)
+        target_pos = np.clip(wanted, cfg.workspace_min_m, cfg.workspace_max_m)
+        if np.any(target_pos != wanted):
+            limits.append(f"workspace: flange target {np.round(wanted, 4).tolist()} m clamped "
+                          f"to {np.round(target_pos, 4).tolist()} m")
+        solution = self._ik.solve(target_pos, target_rot, self._q_target)
+        q_new = solution.q_rad
+        if (solution.position_error_m > UNREACHED_POSITION_M
+                or solution.rotation_error_rad > UNREACHED_ROTATION_RAD):
+            limits.append(f"unreachable: the nearest pose within the joint limits is "
+                          f"{solution.position_error_m * 1e3:.1f} mm / "
+                          f"{solution.rotation_error_rad:.3f} rad from the target")
         # The commanded pose is what the arm can reach: no wind-up against a wall or a limit.
         self._cmd_pos, self._cmd_rot = self._ik.forward(q_new)
         self._gripper_width_cmd = float(np.clip(width_m, *GRIPPER_RANGE_M))
@@ -148,7 +178,7 @@ class PiperSimEnv:
             mujoco.mj_step(self.model, self.data)
         self._q_target = q_new
         self.step_index += 1
-        return StepResult(self.observe(), self.robot_state(), self.success())
+        return StepResult(self.observe(), self.robot_state(), self.success(), tuple(limits))
 
     def observe(self) -> Observation:
         """Both camera images, the instruction and proprio [ee_pos_m, ee_rpy_rad, width_m]."""

@@ -35,6 +35,9 @@ class EpisodeResult:
     success: bool
     steps: int
     stats: list[dict[str, Any]] = field(default_factory=list)
+    #: How many steps each kind of limit clamped the command ("workspace", ...; see
+    #: ``StepResult.limits``): a policy that keeps pushing against a limit shows here.
+    limits: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -96,6 +99,9 @@ def _episode(env: PiperSimEnv, act: Callable[[Observation], Any], policy: Any, s
         action, stats = _split(act(observation))
         outcome = env.step(action)
         result.steps, result.success = step + 1, outcome.success
+        for text in outcome.limits:
+            kind = text.split(":", 1)[0]
+            result.limits[kind] = result.limits.get(kind, 0) + 1
         if stats is not None:
             result.stats.append(stats)
         if observer is not None:
