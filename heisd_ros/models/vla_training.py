@@ -102,18 +102,32 @@ def resize_images(images: np.ndarray, size_px: int) -> np.ndarray:
 
 def build_demo_cache(root, image_size_px: int, suites=None,
                      progress: Callable[[int], None] | None = None) -> DemoCache:
-    """Load every npz episode under ``root`` and resize its images to ``image_size_px``."""
+    """Load every npz episode under ``root`` and resize its images to ``image_size_px``.
+
+    The images are written into one array sized from a first pass over the episodes' action
+    arrays, so building needs the cache's memory once, not twice (a 10 GB cache would
+    otherwise peak at 20 GB and keep most of it as freed-but-mapped heap).
+    """
     from heisd_ros.data.episode import make_proprio
 
     paths = iter_episode_paths(root, suites)
     if not paths:
         raise ValueError(f"root: no episode_*.npz files under {root}")
-    images, proprio, actions, episode, names, instructions = [], [], [], [], [], []
+    lengths = []
+    for path in paths:
+        with np.load(path, allow_pickle=False) as npz:
+            lengths.append(len(npz["action"]) if "action" in npz.files else 0)
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    images = np.empty((int(starts[-1]), 2, image_size_px, image_size_px, 3), np.uint8)
+    proprio, actions, episode, names, instructions = [], [], [], [], []
     for index, path in enumerate(paths):
-        record = load_episode(path)
-        both = np.stack([resize_images(record.image_third_person, image_size_px),
-                         resize_images(record.image_wrist, image_size_px)], axis=1)
-        images.append(both)
+        record = load_episode(path)  # raises on a malformed file, naming it
+        if record.num_steps != lengths[index]:
+            raise ValueError(f"{path}: {record.num_steps} steps, but its action array has "
+                             f"{lengths[index]}")
+        span = slice(starts[index], starts[index + 1])
+        images[span, 0] = resize_images(record.image_third_person, image_size_px)
+        images[span, 1] = resize_images(record.image_wrist, image_size_px)
         proprio.append(np.stack([make_proprio(record.ee_position_m[t], record.ee_rpy_rad[t],
                                               record.gripper_width_m[t])
                                  for t in range(record.num_steps)]).astype(np.float32))
@@ -123,7 +137,7 @@ def build_demo_cache(root, image_size_px: int, suites=None,
         instructions.append(record.instruction)
         if progress is not None:
             progress(1)
-    return DemoCache(np.concatenate(images), np.concatenate(proprio), np.concatenate(actions),
+    return DemoCache(images, np.concatenate(proprio), np.concatenate(actions),
                      np.concatenate(episode), names, instructions, str(root))
 
 
