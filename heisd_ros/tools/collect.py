@@ -5,6 +5,8 @@ Examples:
     heisd-collect --suites piper_spatial piper_object --tasks block_left_of_plate \\
         --episodes 5 --seed 100 --format both --out demos
     heisd-collect --suites piper_long --episodes 2 --format mcap --out bags --overwrite
+    heisd-collect --suites piper_goal --episodes 50 --seed 2000 --execution-noise-m 0.003 \\
+        --execution-noise-rad 0.003 --out demos_dart    # DART: the arm executes label + noise
 
 Each task gets --episodes attempts with seeds --seed, --seed + 1, ...; attempts the scripted
 expert fails are dropped and counted. Output: <out>/<suite>/<task>/episode_<seed>.npz (compact
