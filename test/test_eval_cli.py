@@ -67,3 +67,12 @@ def test_workers_give_the_same_episodes_as_one_process(tiny_target_path, tmp_pat
     assert one["episodes"] == two["episodes"]
     assert eval_tool.main([*common, "--workers", "0"]) == 2
     assert "--workers" in capsys.readouterr().err
+
+
+def test_worker_jobs_keep_a_task_name_shared_by_two_suites_in_one_process():
+    """One DB collection per task name: two processes must never load the same shard."""
+    tasks = [("piper_goal", "red_block_in_basket"), ("piper_goal", "stack_blue_on_red"),
+             ("piper_object", "red_block_in_basket")]
+    assert eval_tool._jobs(tasks) == [
+        [("piper_goal", "red_block_in_basket"), ("piper_object", "red_block_in_basket")],
+        [("piper_goal", "stack_blue_on_red")]]

@@ -172,3 +172,24 @@ def test_unsupported_stored_quantization_is_refused(tmp_path):
 def test_invalid_quantization_settings_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"^{field}"):
         StoreConfig(path="x", **kwargs)
+
+
+def test_two_stores_over_one_db_warm_their_own_tasks_and_close_releases_a_shard(tmp_path):
+    """How eval workers share one DB: each loads only its tasks; close() hands a shard on."""
+    vecs = _unit(40, seed=3)
+    with open_store(StoreConfig(path=str(tmp_path)), create=True, dimension=DIM,
+                    model_fingerprint=FP) as store:
+        for task in ("a", "b"):
+            store.create_collection(task)
+            store.upsert(task, range(len(vecs)), vecs, [{"step": i} for i in range(len(vecs))])
+        store.finalize()
+    first = open_store(StoreConfig(path=str(tmp_path)), model_fingerprint=FP)
+    second = open_store(StoreConfig(path=str(tmp_path)), model_fingerprint=FP)
+    first.warm_up(["a"])
+    second.warm_up(["b"])
+    assert first.search("a", vecs[0], 1)[0].id == 0
+    assert second.search("b", vecs[5], 1)[0].id == 5
+    first.close()
+    second.warm_up(["a"])
+    assert second.search("a", vecs[7], 1)[0].id == 7
+    second.close()

@@ -416,17 +416,24 @@ def _fill_result(record: HybridStepRecord, result: HybridResult, used_retrieval:
     record.stage_ms = stage_ms
 
 
-def open_warm_store(store_config, target):
+def open_warm_store(store_config, target, tasks=None):
     """Open ``store_config`` checked against ``target``'s fingerprint, then warm it up.
 
     Warming up is what the retrieval node does after opening: no control step pays for
-    loading a shard. An embedded DB can be opened once per process; share the result.
+    loading a shard. ``tasks`` limits it to the collections this process will query (those
+    the DB has; None = all): an embedded shard is locked by the process that loaded it, so
+    processes sharing one DB must each load only their own tasks. Open once per process and
+    share the result.
     """
     from heisd_ros.retrieval.embedding import model_fingerprint
     from heisd_ros.retrieval.store import open_store
 
     store = open_store(store_config, model_fingerprint=model_fingerprint(target))
-    store.warm_up()
+    if tasks is None:
+        store.warm_up()
+    else:
+        present = set(store.list_collections())
+        store.warm_up([task for task in tasks if task in present])
     return store
 
 

@@ -36,8 +36,11 @@ class MethodContext:
         relaxed_radius_bins: per-dimension radius of the relaxed rule (gripper last).
         tree: ``DraftTreeConfig`` of the drafter, None for its default.
         extra: free-form options passed through to hybrid factories.
+        tasks: the DB collections this process will query (empty = all); an in-process
+            store loads only these, so worker processes sharing one DB never lock each
+            other's shards.
         opened_store: the in-process store opened from ``db`` by the first hybrid method
-            (set by the factories; None until then).
+            (set by the factories; None until then; :meth:`close` releases it).
     """
 
     target: Any
@@ -48,7 +51,14 @@ class MethodContext:
     relaxed_radius_bins: tuple[int, ...] = DEFAULT_RELAXED_RADIUS_BINS
     tree: Any = None
     extra: dict = field(default_factory=dict)
+    tasks: tuple[str, ...] = ()
     opened_store: Any = None
+
+    def close(self) -> None:
+        """Release the in-process store, if one was opened (its shard locks go with it)."""
+        if self.opened_store is not None:
+            self.opened_store.close()
+            self.opened_store = None
 
     def need(self, name: str, method: str) -> Any:
         """The attribute ``name``, or a ValueError saying which method needs it."""
@@ -94,7 +104,7 @@ def _hybrid(method: str) -> MethodFactory:
         if in_process and ctx.opened_store is None:
             # One embedded store per process, shared by every method's decoder (each keeps
             # its own Retriever and episode memory); it is opened and warmed up once.
-            ctx.opened_store = hybrid.open_warm_store(ctx.db, ctx.target)
+            ctx.opened_store = hybrid.open_warm_store(ctx.db, ctx.target, ctx.tasks or None)
         config = hybrid.HybridConfig(method=method,
                                      relaxed_radius_bins=tuple(ctx.relaxed_radius_bins),
                                      drafter_tree=ctx.tree or DraftTreeConfig())

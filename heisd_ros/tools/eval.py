@@ -84,7 +84,7 @@ def run(args):
             spawn = multiprocessing.get_context("spawn")   # no fork after EGL/torch init
             with spawn.Pool(workers) as pool:
                 for task_runs, task_desc in pool.imap_unordered(
-                        _worker, [(args, methods, [pair]) for pair in tasks]):
+                        _worker, [(args, methods, pairs) for pairs in _jobs(tasks)]):
                     runs += task_runs
                     desc = desc or task_desc
                     bar.update(len(task_runs))
@@ -118,15 +118,27 @@ def _run_tasks(args, methods, tasks, bar=None):
             bar.set_postfix(task=task, method=method)
             bar.update(1)
 
+    ctx.tasks = tuple(dict.fromkeys(task for _, task in tasks))
     runs = []
-    for suite in dict.fromkeys(s for s, _ in tasks):
-        # Router statistics are per suite, so the decoders are built per suite.
-        ctx.router_stats = router_stats_for(suite, args.router_stats, args.db)
-        decoders = {m: build_method(m, ctx) for m in methods}
-        runs += run_interleaved_episodes(decoders, [p for p in tasks if p[0] == suite],
-                                         args.episodes, args.seed, args.max_steps, sim_config,
-                                         progress)
+    try:
+        for suite in dict.fromkeys(s for s, _ in tasks):
+            # Router statistics are per suite, so the decoders are built per suite.
+            ctx.router_stats = router_stats_for(suite, args.router_stats, args.db)
+            decoders = {m: build_method(m, ctx) for m in methods}
+            runs += run_interleaved_episodes(decoders, [p for p in tasks if p[0] == suite],
+                                             args.episodes, args.seed, args.max_steps,
+                                             sim_config, progress)
+    finally:
+        ctx.close()
     return runs, desc
+
+
+def _jobs(tasks) -> list[list[tuple[str, str]]]:
+    """One job per task name: a name in two suites (one DB collection) runs in one process."""
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for suite, task in tasks:
+        by_name.setdefault(task, []).append((suite, task))
+    return list(by_name.values())
 
 
 def _worker(job):
