@@ -125,7 +125,9 @@ def test_index_options_reach_the_store_config(tmp_path):
     config = build_db._store_config(build_db.parse_args(base))
     assert (config.vector_datatype, config.quantization) == ("float32", "none")
     config = build_db._store_config(build_db.parse_args(
-        [*base, "--vector-datatype", "float16", "--quantization", "int8"]))
+        [*base, "--vector-datatype", "float16", "--quantization", "int8", "--hnsw-m", "32",
+         "--hnsw-ef-construct", "200"]))
     assert (config.vector_datatype, config.quantization) == ("float16", "int8")
+    assert (config.hnsw_m, config.hnsw_ef_construct) == (32, 200)
     with pytest.raises(SystemExit):
         build_db.parse_args([*base, "--quantization", "int4"])
