@@ -36,6 +36,9 @@ def test_eval_json_and_report(tiny_target_path, tmp_path, capsys):
             assert key in row, key
         assert {"p50_ms", "p99_ms"} <= set(row["latency"])
         assert {"vision", "verify", "total"} <= set(row["stage_ms_median"])
+        assert set(row["first_goal_progress"]) == {"reached", "grasped", "lifted"}
+    assert all(set(e["progress"]) == {"red_block"} for e in result["episodes"])
+    assert "How far episodes got" in (out / "report.md").read_text()
     assert rows["ar"]["speedup_vs_ar"] == 1.0 and rows["ar"]["target_forwards_per_action"] == 7.0
     assert rows["drafter"]["drafter_forwards_per_action"] > 0
     # Same seeded episodes for both methods.

@@ -72,3 +72,30 @@ def test_bad_policies_are_rejected():
                      max_steps=2, config=FAST)
     with pytest.raises(ValueError, match="suite"):
         run_episodes(lambda obs: np.zeros(7), "nope", "red_block_on_plate", n=1, seed=0)
+
+
+def test_progress_stages_follow_the_expert_and_stay_false_for_a_still_policy():
+    from heisd_ros.eval.metrics import first_goal_progress
+    from heisd_ros.sim.progress import EpisodeProgress
+
+    results = {}
+    with PiperSimEnv(get_task("piper_goal", "red_block_on_plate"), FAST) as env:
+        expert = ScriptedExpert(env)
+        for name in ("expert", "still"):
+            obs = env.reset(3)
+            expert.reset(3)
+            tracker = EpisodeProgress(env)
+            for _ in range(get_task("piper_goal", "red_block_on_plate").max_steps):
+                action = expert.act(obs) if name == "expert" else np.zeros(7)
+                outcome = env.step(action)
+                tracker.update(action)
+                obs = outcome.observation
+                if outcome.success or (name == "still" and env.step_index > 30):
+                    break
+            results[name] = tracker.result()
+    assert results["expert"] == {"red_block": {"reached": True, "grasped": True, "lifted": True}}
+    assert results["still"] == {"red_block": {"reached": False, "grasped": False,
+                                              "lifted": False}}
+    rates = first_goal_progress([results["expert"], results["still"], {}])
+    assert rates == {"reached": 0.5, "grasped": 0.5, "lifted": 0.5}
+    assert first_goal_progress([{}]) == {}

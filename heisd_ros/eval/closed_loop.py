@@ -30,6 +30,8 @@ class EpisodeRun:
     success: bool
     steps: list[dict] = field(default_factory=list)
     ee_positions_m: list[list[float]] = field(default_factory=list)
+    #: How far the episode got with each goal object (``heisd_ros.sim.progress``).
+    progress: dict[str, dict[str, bool]] = field(default_factory=dict)
 
 
 def run_interleaved_episodes(decoders: dict, tasks: Sequence[tuple[str, str]], episodes: int,
@@ -47,6 +49,7 @@ def run_interleaved_episodes(decoders: dict, tasks: Sequence[tuple[str, str]], e
         progress: called after every episode of every method.
     """
     from heisd_ros.sim.env import PiperSimEnv
+    from heisd_ros.sim.progress import EpisodeProgress
     from heisd_ros.sim.runner import run_episodes
     from heisd_ros.sim.suites import get_task
 
@@ -63,22 +66,32 @@ def run_interleaved_episodes(decoders: dict, tasks: Sequence[tuple[str, str]], e
                 shift = i % len(names)
                 for name in names[shift:] + names[:shift]:
                     positions: list[list[float]] = []
+                    tracker: list[EpisodeProgress] = []
 
-                    def observe(ep, step, obs, action, outcome, positions=positions):
+                    def observe(ep, step, obs, action, outcome, positions=positions,
+                                tracker=tracker):
+                        if not tracker:  # the env was just reset for this episode
+                            tracker.append(EpisodeProgress(env))
+                        tracker[0].update(action)
                         positions.append(np.asarray(obs.proprio[:3], float).tolist())
 
                     result = run_episodes(policies[name], suite, task, 1, seed + i, max_steps,
                                           observer=observe, env=env).episodes[0]
                     policies[name].end_episode(bool(result.success))
                     runs.append(EpisodeRun(suite, task, seed + i, name, bool(result.success),
-                                           list(result.stats), positions))
+                                           list(result.stats), positions,
+                                           tracker[0].result() if tracker else {}))
                     if progress is not None:
                         progress(suite, task, seed + i, name, bool(result.success))
     return runs
 
 
 def summarise_runs(runs: Sequence[EpisodeRun], reference: str = "ar") -> dict[str, dict]:
-    """Per method: SR with Wilson 95% interval, counters, latency, stages, speed-up vs AR."""
+    """Per method: SR with Wilson 95% interval, counters, latency, stages, speed-up vs AR.
+
+    ``first_goal_progress`` is the fraction of episodes whose first goal object was reached,
+    grasped and lifted (``heisd_ros.sim.progress``): where a policy fails when SR is low.
+    """
     by_method: dict[str, list[EpisodeRun]] = {}
     for r in runs:
         by_method.setdefault(r.method, []).append(r)
@@ -93,7 +106,9 @@ def summarise_runs(runs: Sequence[EpisodeRun], reference: str = "ar") -> dict[st
                      "success_rate": wins / len(items), "sr_wilson95": [low, high],
                      **metrics.counters_summary(steps), "latency": metrics.latency_summary(ms),
                      "stage_ms_median": metrics.stage_breakdown(steps),
-                     "speedup_vs_ar": metrics.speedup(ms, ref_ms)}
+                     "speedup_vs_ar": metrics.speedup(ms, ref_ms),
+                     "first_goal_progress": metrics.first_goal_progress(
+                         [r.progress for r in items])}
     return out
 
 
@@ -165,6 +180,13 @@ def write_eval_report(out_dir, result: dict, runs: Sequence[EpisodeRun]) -> dict
         stages = list(next(iter(overall.values()))["stage_ms_median"])
         sections.append(("Stage breakdown (median ms per step, all suites)",
                          report.markdown_table(["method", *stages], stage_rows)))
+    progress_rows = [[n, *(f"{v:.2f}" for v in s["first_goal_progress"].values())]
+                     for n, s in overall.items() if s.get("first_goal_progress")]
+    if progress_rows:
+        stages = list(next(s for s in overall.values()
+                           if s.get("first_goal_progress"))["first_goal_progress"])
+        sections.append(("How far episodes got (fraction, first goal object, all suites)",
+                         report.markdown_table(["method", *stages], progress_rows)))
     sections.append(("Projection", report.projection_markdown(result["projection"])))
     md = report.write_markdown(out / "report.md", "heisd-eval report", sections, images)
     return {"markdown": str(md), **{Path(i).stem: str(i) for i in images}}

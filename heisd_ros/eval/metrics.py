@@ -120,3 +120,15 @@ def speedup(ms: Sequence[float], ref_ms: Sequence[float]) -> float:
     if len(ms) == 0 or len(ref_ms) == 0:
         return float("nan")
     return float(np.median(ref_ms)) / float(np.median(ms))
+
+
+def first_goal_progress(progress: Sequence[dict]) -> dict[str, float]:
+    """Fraction of episodes whose first goal object reached each stage.
+
+    ``progress`` holds one ``{object: {stage: bool}}`` per episode (``heisd_ros.sim.progress``);
+    episodes without one are left out; {} when none has one.
+    """
+    firsts = [next(iter(p.values())) for p in progress if p]
+    if not firsts:
+        return {}
+    return {stage: sum(bool(f[stage]) for f in firsts) / len(firsts) for stage in firsts[0]}

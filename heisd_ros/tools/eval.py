@@ -99,7 +99,8 @@ def run(args):
     result = {**desc, "config": config, "suites": suites,
               "projection": project(suites["all"], costs),
               "episodes": [{"suite": r.suite, "task": r.task, "seed": r.seed, "method": r.method,
-                            "success": r.success, "steps": len(r.steps)} for r in runs]}
+                            "success": r.success, "steps": len(r.steps), "progress": r.progress}
+                          for r in runs]}
     return result, runs
 
 
