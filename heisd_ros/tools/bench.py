@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -200,10 +201,16 @@ def bench_store(config, vectors, queries, k: int, efs=(64,), warmup: int = 20) -
     rss0, start = _rss_mb(), time.perf_counter()
     store = open_store(config, create=True, dimension=vectors.shape[1], model_fingerprint="b")
     store.create_collection("bench")
-    for lo in range(0, len(vectors), 4096):
-        chunk = vectors[lo:lo + 4096]
-        store.upsert("bench", range(lo, lo + len(chunk)), chunk, [payload] * len(chunk))
-    store.finalize()
+    from tqdm import tqdm
+
+    with tqdm(total=len(vectors), desc=f"build {len(vectors)}x{vectors.shape[1]}", unit="vec",
+              file=sys.stderr, disable=len(vectors) < 50_000) as bar:
+        for lo in range(0, len(vectors), 4096):
+            chunk = vectors[lo:lo + 4096]
+            store.upsert("bench", range(lo, lo + len(chunk)), chunk, [payload] * len(chunk))
+            bar.update(len(chunk))
+        bar.set_postfix_str("indexing (HNSW, optimize)")
+        store.finalize()
     build_s = time.perf_counter() - start
     exact = _exact_top_k(vectors, queries, k)
     rows, in_memory = [], config.path == ":memory:"
