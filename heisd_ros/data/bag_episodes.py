@@ -27,8 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from heisd_ros.data.bag_topics import (
+    METADATA_FILE,
     ROLES,
     BagTopics,
+    bag_information,
     found_and_needed,
     missing_topic,
     remap_hint,
@@ -36,7 +38,6 @@ from heisd_ros.data.bag_topics import (
 from heisd_ros.data.episode import JOINT_STATE_NAMES, EpisodeRecord
 from heisd_ros.data.rosbag_io import image_from_msg, make_typestore
 
-METADATA_FILE = "metadata.yaml"
 #: The roles an episode reads (all of :data:`~heisd_ros.data.bag_topics.ROLES`); of these,
 #: only ``joint_states`` may be disabled with ''.
 EPISODE_ROLES = ("primary", "wrist", "joint_states", "ee_pose", "ee_command")
@@ -85,15 +86,7 @@ def find_bags(root: str | Path) -> list[Path]:
 
 def bag_custom_data(path: str | Path) -> dict[str, str]:
     """The bag's ``custom_data`` from metadata.yaml ({} when absent)."""
-    import yaml
-
-    meta_file = Path(path) / METADATA_FILE
-    try:
-        meta = yaml.safe_load(meta_file.read_text(encoding="utf-8"))
-        info = meta["rosbag2_bagfile_information"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
-        raise BagEpisodeError(f"{path}: {METADATA_FILE} is unreadable ({err}); if the storage "
-                              f"files are intact, `ros2 bag reindex {path}` rebuilds it") from err
+    info = bag_information(path, BagEpisodeError)
     return {str(k): str(v) for k, v in (info.get("custom_data") or {}).items()}
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import NamedTuple
 
 from heisd_ros.data.rosbag_io import (
@@ -135,3 +136,24 @@ def missing_topic(role: str, topic: str, msgtypes: Iterable[str], label: str = "
     """The line of a needed topic not in the bag: topic, types, role and the remap option."""
     return (f"  {topic} ({' or '.join(msgtypes)}) for {label or role}: not in the bag; "
             f"{remap_hint(role)}")
+
+
+#: The rosbag2 index file in a bag directory.
+METADATA_FILE = "metadata.yaml"
+
+
+def bag_information(path, error: type[Exception] = ValueError) -> dict:
+    """``rosbag2_bagfile_information`` of the bag directory ``path``'s metadata.yaml.
+
+    An unreadable or malformed file raises ``error`` with the path, the reason and the
+    ``ros2 bag reindex`` command that rebuilds it from intact storage files.
+    """
+    import yaml
+
+    meta_file = Path(path) / METADATA_FILE
+    try:
+        return yaml.safe_load(meta_file.read_text(encoding="utf-8"))[
+            "rosbag2_bagfile_information"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
+        raise error(f"{path}: {METADATA_FILE} is unreadable ({err}); if the storage files are "
+                    f"intact, `ros2 bag reindex {path}` rebuilds it") from err

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from heisd_ros.data.bag_topics import (
     ROLES,
     BagTopics,
+    bag_information,
     found_and_needed,
     missing_topic,
     option,
@@ -50,13 +50,7 @@ class BagInfo:
 
 
 def _metadata(path: Path) -> dict:
-    meta_file = path / "metadata.yaml"
-    try:
-        meta = yaml.safe_load(meta_file.read_text())["rosbag2_bagfile_information"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
-        raise BagError(f"{path}: metadata.yaml is unreadable ({err}); if the storage files are "
-                       f"intact, `ros2 bag reindex {path}` rebuilds it") from err
-    return meta
+    return bag_information(path, BagError)
 
 
 def _open_checks(path: Path) -> tuple[Path, dict]:
