@@ -113,6 +113,23 @@ def test_db_from_bags_matches_db_from_npz(recorded, checkpoint, tmp_path):
             assert got[i][1] == pytest.approx(score, abs=1e-5), (db, i)
 
 
+def test_db_from_a_bag_with_png_compressed_cameras_matches_npz(recorded, checkpoint, tmp_path):
+    """CompressedImage cameras (heisd-record --camera-format png: lossless) build the same DB."""
+    root, episode = recorded
+    code = record.main(["--suite", SUITE, "--task", TASK, "--policy", "expert", "--episodes",
+                        "1", "--max-steps", str(STEPS), "--image-size", "32", "--camera-format",
+                        "png", "--out", str(tmp_path / "png"), "--storage", "mcap"])
+    assert code == 0
+    assert build(root / "npz", tmp_path / "db_npz", checkpoint) == 0
+    topics = ["--topic-primary", "/camera/third_person/image_raw/compressed",
+              "--topic-wrist", "/camera/wrist/image_raw/compressed"]
+    assert build(tmp_path / "png", tmp_path / "db_png", checkpoint, *topics) == 0
+    want, got = all_points(tmp_path / "db_npz"), all_points(tmp_path / "db_png")
+    assert sorted(got) == sorted(want)
+    for i, (payload, score) in want.items():
+        assert got[i][0] == payload and got[i][1] == pytest.approx(score, abs=1e-5), i
+
+
 # ------------------------------------------------------------------ a live-system-like bag
 LIVE = EpisodeTopics(primary="/cam_high/image_raw", wrist="/cam_wrist/image_raw",
                      joint_states="/piper/joint_states", ee_pose="/piper/ee_pose",

@@ -111,14 +111,14 @@ def check_topics(path: Path, found: dict[str, tuple[str, int]], topics: EpisodeT
     """Raise :class:`BagEpisodeError` naming what was found and needed, and the remaps."""
     problems = []
     for role, topic in topics.active(EPISODE_ROLES).items():
-        msgtype = ROLES[role].msgtype
+        accepts = ROLES[role].accepts  # cameras: Image or CompressedImage (jpeg/png)
         if topic not in found:
-            problems.append(missing_topic(role, topic, [msgtype]))
-        elif found[topic][0] != msgtype:
+            problems.append(missing_topic(role, topic, accepts))
+        elif found[topic][0] not in accepts:
             problems.append(f"  {topic} for {role}: has type {found[topic][0]}, needs "
-                            f"{msgtype}; {remap_hint(role)}")
+                            f"{' or '.join(accepts)}; {remap_hint(role)}")
         elif found[topic][1] == 0:
-            problems.append(f"  {topic} ({msgtype}) for {role}: 0 messages")
+            problems.append(f"  {topic} ({found[topic][0]}) for {role}: 0 messages")
     if problems:
         raise BagEpisodeError(
             f"{path}: cannot build an episode from this bag.\n{found_and_needed(found, problems)}"
@@ -223,8 +223,9 @@ def _read_images(reader, roles: dict[str, str], ts,
             try:
                 images[role][stamp] = image_from_msg(msg)
             except ValueError as err:
-                raise BagEpisodeError(f"{conn.topic}: {err}; convert the images to rgb8 or "
-                                      f"bgr8 (e.g. with image_proc) first") from err
+                raise BagEpisodeError(f"{conn.topic}: {err}; convert the images to rgb8, "
+                                      f"bgr8, mono8 or jpeg/png CompressedImage (e.g. with "
+                                      f"image_proc) first") from err
     return images
 
 
