@@ -106,3 +106,18 @@ def test_bag_without_instruction_asks_for_one(tmp_path, capsys):
         writer.write(conn, 1, ts.serialize_cdr(msg, "sensor_msgs/msg/Image"))
     assert replay.main([str(tmp_path / "bag"), "--topic-wrist", ""]) == 2
     assert "pass --instruction" in capsys.readouterr().err
+
+
+def test_recording_again_needs_overwrite_and_replaces_only_that_bag(tmp_path, capsys):
+    args = ["--suite", SUITE, "--task", TASK, "--policy", "expert", "--episodes", "1",
+            "--max-steps", "2", "--image-size", "32", "--out", str(tmp_path)]
+    assert record.main(args) == 0
+    bag = tmp_path / SUITE / TASK / "episode_000000_bag"
+    neighbour = tmp_path / SUITE / TASK / "notes.txt"
+    neighbour.write_text("keep me")
+    stamp = (bag / "metadata.yaml").stat().st_mtime_ns
+    assert record.main(args) == 2
+    assert "pass --overwrite" in capsys.readouterr().err
+    assert record.main([*args, "--overwrite"]) == 0
+    assert (bag / "metadata.yaml").stat().st_mtime_ns != stamp
+    assert neighbour.read_text() == "keep me"

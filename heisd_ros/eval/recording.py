@@ -10,6 +10,7 @@ CompressedImages (jpeg, png) on ``<camera topic>/compressed``.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -142,10 +143,11 @@ def write_run_bag(record: EpisodeRecord, steps: list[dict] | None, path: str | P
 def record_runs(policy, suite: str, task: str, episodes: int, seed: int, out_dir: str | Path,
                 *, storage: str = "mcap", max_steps: int | None = None, sim_config=None,
                 env=None, progress: Callable[[int, bool], None] | None = None,
-                camera_format: str = "rgb8") -> list[dict]:
+                camera_format: str = "rgb8", overwrite: bool = False) -> list[dict]:
     """Run ``policy`` for ``episodes`` seeded episodes and write one bag per episode.
 
-    Bags go to ``<out_dir>/<suite>/<task>/episode_<seed>_bag`` (must not exist); the cameras
+    Bags go to ``<out_dir>/<suite>/<task>/episode_<seed>_bag`` (must not exist, unless
+    ``overwrite``: then those bag directories, and nothing else, are replaced); the cameras
     are written in ``camera_format`` (see :func:`write_run_bag`). Returns one summary dict per
     episode (seed, success, steps, bag path).
     """
@@ -158,10 +160,12 @@ def record_runs(policy, suite: str, task: str, episodes: int, seed: int, out_dir
     spec = get_task(suite, task)
     config = sim_config or SimConfig()
     paths = [bag_path(out_dir, suite, task, seed + i) for i in range(episodes)]
-    existing = [str(p) for p in paths if p.exists()]
-    if existing:
-        raise ValueError(f"out_dir: {existing} already exist; remove them or choose another "
-                         f"--out")
+    existing = [p for p in paths if p.exists()]
+    if existing and not overwrite:
+        raise ValueError(f"out_dir: {[str(p) for p in existing]} already exist; remove them, "
+                         f"pass --overwrite or choose another --out")
+    for path in existing:
+        shutil.rmtree(path)
     ts = make_recording_typestore()
     out = []
     for i, path in enumerate(paths):

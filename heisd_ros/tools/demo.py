@@ -122,7 +122,7 @@ def main(argv=None) -> int:
         from heisd_ros.sim.suites import list_tasks
 
         _tool("record", ["--suite", args.suite, "--task", list_tasks(args.suite)[0],
-                         "--policy", "heisd", "--episodes", "1", "--seed", "9000",
+                         "--policy", "heisd", "--episodes", "1", "--seed", "9000", "--overwrite",
                          "--out", str(out / "bags"), "--db", str(db), "--calibration",
                          str(db / "calibration.json"), "--image-size", str(args.image_size),
                          *model, *drafter, *steps])

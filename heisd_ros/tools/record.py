@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "as image_transport's compressed transport, CompressedImage (jpeg, png) "
                         "on <camera topic>/compressed")
     add_decoder_arguments(p)
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the bags of these seeds if they exist")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return p
 
@@ -85,7 +87,7 @@ def run(args) -> list[dict]:
             return record_runs(policy, args.suite, args.task, args.episodes, args.seed, args.out,
                                storage=args.storage, max_steps=args.max_steps, env=env,
                                progress=lambda n, ok: bar.update(1),
-                               camera_format=args.camera_format)
+                               camera_format=args.camera_format, overwrite=args.overwrite)
     finally:
         env.close()
 
