@@ -1,6 +1,6 @@
 """heisd-replay on bags it cannot replay: exit code 2 and a precise message, no traceback.
 
-The shared fixtures are real ``ros2 bag record`` bags (a talker: std_msgs/String on /topic,
+The fixtures (test/data/rosbag2, copied from the shared ones) are real ``ros2 bag record`` bags (a talker: std_msgs/String on /topic,
 plus /rosout and /parameter_events) in both storages; damaged variants (split, truncated,
 emptied, without metadata) are made from copies. Camera bags with images the policy refuses
 are written with rosbags.
@@ -25,10 +25,7 @@ from heisd_ros.data.rosbag_io import (
 )
 from heisd_ros.tools.replay import main
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rosbag2"
-if not FIXTURES.is_dir():
-    FIXTURES = Path("/work/shared/fixtures/rosbag2")
-pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared rosbag2 fixtures missing")
+FIXTURES = Path(__file__).resolve().parent / "data" / "rosbag2"  # see its README.md
 STORAGE_FILES = [("mcap", "talker.mcap"), ("sqlite3", "talker.db3")]
 
 

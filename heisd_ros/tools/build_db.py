@@ -19,11 +19,11 @@ A bag without heisd custom data needs ``--bag-task`` (and ``--bag-instruction``,
 ``--bag-suite``). ``--demos-format auto`` reads npz files when the root has any, else bags.
 
 Examples:
-    heisd-build-db --demos /work/data/demos_128 --db runs/db
+    heisd-build-db --demos data/demos_128 --db runs/db
     heisd-build-db --demos runs/bags --db runs/db_bags
     heisd-build-db --demos rosbag2_2026_03_01-10_00_00 --bag-task open_drawer \
         --bag-instruction "open the drawer" --topic-primary /cam_high/image_raw --db runs/db
-    heisd-build-db --demos /work/data/demos_128 --db runs/db --tasks open_drawer \
+    heisd-build-db --demos data/demos_128 --db runs/db --tasks open_drawer \
         --target small_vla.safetensors --hold-out-every 5
     heisd-build-db --demos demos --backend qdrant --url http://db:6333 --stats-dir runs/db
 """

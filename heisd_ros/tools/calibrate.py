@@ -8,7 +8,7 @@ loads (``build_hybrid_decoder(..., calibration=path)``). See
 
 Examples:
     heisd-calibrate --db runs/db --out runs/db/calibration.json
-    heisd-calibrate --db runs/db --held-out /work/data/demos_heldout --precision 0.98 \
+    heisd-calibrate --db runs/db --held-out data/demos_heldout --precision 0.98 \
         --max-steps 40 --target small_vla.safetensors
 """
 

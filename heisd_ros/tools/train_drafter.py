@@ -10,7 +10,7 @@ Examples:
     heisd-train-drafter --target small_vla.safetensors --observations 1024 --out runs/dr
     heisd-train-drafter --target small_vla.safetensors --observations 1024 --out runs/dr --resume
     # observations from the simulator's npz demonstrations (heisd-collect --format npz)
-    heisd-train-drafter --demos /work/data/demos_128 --observations 512 --out runs/dr
+    heisd-train-drafter --demos data/demos_128 --observations 512 --out runs/dr
 
 Writes ``OUT/draft_head.safetensors``, ``OUT/card.json`` (data, steps, loss, held-out
 acceptance) and ``OUT/train_state.pt`` (checkpoint for ``--resume``). The library function

@@ -6,11 +6,11 @@ resumable; then a closed-loop AR evaluation on held-out seeds of every suite.
 
 Examples:
     heisd-collect --suites piper_spatial piper_object piper_goal piper_long --episodes 25 \
-        --seed 1000 --out /work/data/demos_128 --format npz --image-size 128
-    heisd-train-vla --demos /work/data/demos_128 --out /work/runs/vla --steps 3000 --threads 2
-    heisd-train-vla --demos /work/data/demos_128 --out /work/runs/vla --steps 3000 --resume
+        --seed 1000 --out data/demos_128 --format npz --image-size 128
+    heisd-train-vla --demos data/demos_128 --out runs/vla --steps 3000 --threads 2
+    heisd-train-vla --demos data/demos_128 --out runs/vla --steps 3000 --resume
     # only (re-)evaluate OUT/small_vla.safetensors closed loop and update the card
-    heisd-train-vla --demos /work/data/demos_128 --out /work/runs/vla --eval-only \
+    heisd-train-vla --demos data/demos_128 --out runs/vla --eval-only \
         --eval-episodes 5
 
 Writes ``OUT/small_vla.safetensors`` (fp16, with the action statistics in its metadata;
