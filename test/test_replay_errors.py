@@ -1,9 +1,9 @@
 """heisd-replay on bags it cannot replay: exit code 2 and a precise message, no traceback.
 
-The fixtures (test/data/rosbag2, copied from the shared ones) are real ``ros2 bag record`` bags (a talker: std_msgs/String on /topic,
-plus /rosout and /parameter_events) in both storages; damaged variants (split, truncated,
-emptied, without metadata) are made from copies. Camera bags with images the policy refuses
-are written with rosbags.
+The fixtures (test/data/rosbag2, copied from the shared ones) are real ``ros2 bag record``
+bags (a talker: std_msgs/String on /topic, plus /rosout and /parameter_events) in both
+storages; damaged variants (split, truncated, emptied, without metadata) are made from
+copies. Camera bags with images the policy refuses are written with rosbags.
 """
 
 from __future__ import annotations
