@@ -42,11 +42,10 @@ from pathlib import Path
 import numpy as np
 
 from heisd_ros.retrieval.store import Hit, VectorStore
-from heisd_ros.retrieval.store_config import StoreConfig
+from heisd_ros.retrieval.store_config import INT8_QUANTILE, StoreConfig
 
 MANIFEST_FILE = "heisd_db.json"
 SHARD_CONFIG_FILE = "edge_config.json"  # written by qdrant-edge into every shard directory
-INT8_QUANTILE = 0.99  # int8 range: this quantile of the values (outliers are clipped)
 
 
 class EdgeStore(VectorStore):
@@ -60,13 +59,8 @@ class EdgeStore(VectorStore):
         self._root = Path(config.path).expanduser()
         self._shards: dict[str, object] = {}  # collection name -> open EdgeShard
         self._payloads: dict[str, dict[int, bytes]] = {}  # collection -> id -> pickled payload
-        # Exact search scores the original vectors; HNSW search scores the quantized ones (if
-        # the shard has them) and rescores its oversampled candidates.
-        self._quantization_params = (
-            qdrant_edge.QuantizationSearchParams(ignore=True) if config.exact_search
-            else qdrant_edge.QuantizationSearchParams(
-                ignore=False, rescore=config.quantization_rescore,
-                oversampling=float(config.quantization_oversampling)))
+        self._quantization_params = qdrant_edge.QuantizationSearchParams(
+            **config.quantization_search())
 
     def _where(self) -> str:
         return f"edge:{self._root}"

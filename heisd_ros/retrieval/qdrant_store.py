@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from heisd_ros.retrieval.store import Hit, VectorStore
-from heisd_ros.retrieval.store_config import StoreConfig
+from heisd_ros.retrieval.store_config import INT8_QUANTILE, StoreConfig
 
 _META_POINT_ID = 0
 
@@ -95,7 +95,7 @@ class QdrantStore(VectorStore):
             hnsw_config=m.HnswConfigDiff(m=cfg.hnsw_m, ef_construct=cfg.hnsw_ef_construct,
                                          full_scan_threshold=cfg.full_scan_threshold_kb),
             quantization_config=m.ScalarQuantization(scalar=m.ScalarQuantizationConfig(
-                type=m.ScalarType.INT8, quantile=0.99, always_ram=True))
+                type=m.ScalarType.INT8, quantile=INT8_QUANTILE, always_ram=True))
             if cfg.quantization == "int8" else None)
         if cfg.layout == "shared" and not cfg.is_local:  # local mode has no payload indexes
             self._client.create_payload_index(
@@ -112,10 +112,7 @@ class QdrantStore(VectorStore):
         m, cfg = self._models, self.config
         kwargs = {}
         if not cfg.is_local:  # local mode is always exact and warns about search params
-            quantization = (m.QuantizationSearchParams(ignore=True) if cfg.exact_search
-                            else m.QuantizationSearchParams(
-                                ignore=False, rescore=cfg.quantization_rescore,
-                                oversampling=float(cfg.quantization_oversampling)))
+            quantization = m.QuantizationSearchParams(**cfg.quantization_search())
             kwargs["search_params"] = m.SearchParams(hnsw_ef=max(cfg.hnsw_ef, k),
                                                      exact=cfg.exact_search,
                                                      quantization=quantization)

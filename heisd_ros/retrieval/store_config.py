@@ -18,6 +18,8 @@ VECTOR_DATATYPES: tuple[str, ...] = ("float32", "float16")
 #: (quantile 0.99, in RAM; a quarter of float32) that the graph walk scores, rescored with the
 #: original vectors; "none" scores the original vectors.
 QUANTIZATIONS: tuple[str, ...] = ("none", "int8")
+#: int8 range: this quantile of the values (outliers are clipped), for every backend.
+INT8_QUANTILE = 0.99
 #: Bump when the payload layout (see ``records.py``) changes incompatibly.
 PAYLOAD_SCHEMA_VERSION = 1
 MANIFEST_FORMAT = "heisd-retrieval-db"
@@ -135,6 +137,17 @@ class StoreConfig:
     def is_local(self) -> bool:
         """True when no server is involved (edge, or qdrant-client's local mode)."""
         return not self.url
+
+    def quantization_search(self) -> dict:
+        """Keyword arguments of a ``QuantizationSearchParams`` for every query (both backends).
+
+        Exact search scores the original vectors; an HNSW search scores the quantized ones
+        (where a collection has them) and rescores its oversampled candidates.
+        """
+        if self.exact_search:
+            return {"ignore": True}
+        return {"ignore": False, "rescore": self.quantization_rescore,
+                "oversampling": float(self.quantization_oversampling)}
 
 
 @dataclass(frozen=True)
