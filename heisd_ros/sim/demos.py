@@ -44,10 +44,8 @@ class ExecutionNoise:
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
         """(7,) offset to add to an action: translation, rotation, gripper (always 0)."""
-        return np.concatenate([rng.normal(0.0, self.translation_m, 3) if self.translation_m
-                               else np.zeros(3),
-                               rng.normal(0.0, self.rotation_rad, 3) if self.rotation_rad
-                               else np.zeros(3), [0.0]])
+        scale = np.repeat([self.translation_m, self.rotation_rad], 3)
+        return np.append(rng.normal(0.0, scale), 0.0)
 
 
 def record_expert_episode(env: PiperSimEnv, expert: ScriptedExpert, seed: int,
