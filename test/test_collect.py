@@ -92,7 +92,8 @@ def test_execution_noise_perturbs_the_arm_and_keeps_the_experts_labels():
         clean = record_expert_episode(env, expert, seed=7)
         noisy = record_expert_episode(env, expert, seed=7, noise=noise)
     assert clean.success and noisy.success
-    assert noisy.metadata["execution_noise"] == {"translation_m": 0.004, "rotation_rad": 0.03}
+    assert noisy.metadata["execution_noise"] == {"translation_m": 0.004, "rotation_rad": 0.03,
+                                                 "kick_probability": 0.0, "kick_m": 0.0}
     np.testing.assert_array_equal(noisy.action[0], clean.action[0])  # nothing seen yet
     assert not np.allclose(noisy.action[1:10], clean.action[1:10])
 
@@ -111,3 +112,35 @@ def test_execution_noise_perturbs_the_arm_and_keeps_the_experts_labels():
     assert set(np.unique(noisy.action[:, 6])) <= {0.0, 1.0}
     with pytest.raises(ValueError, match="translation_m"):
         ExecutionNoise(translation_m=-1.0)
+
+
+def test_kicks_put_the_arm_centimetres_off_and_the_next_label_brings_it_back():
+    """A kick moves the executed arm far from the label; the expert's next label undoes it."""
+    from heisd_ros.sim.config import SimConfig
+    from heisd_ros.sim.demos import ExecutionNoise, record_expert_episode
+    from heisd_ros.sim.env import PiperSimEnv
+    from heisd_ros.sim.expert import ScriptedExpert
+    from heisd_ros.sim.suites import get_task
+
+    noise = ExecutionNoise(kick_probability=0.1, kick_m=0.015)
+    with PiperSimEnv(get_task("piper_goal", "red_block_on_plate"),
+                     SimConfig(image_width_px=32, image_height_px=32)) as env:
+        record = record_expert_episode(env, ScriptedExpert(env), seed=3, noise=noise)
+    # error[t]: how far step t's executed motion was from its label (the kick, if any).
+    error = np.diff(record.ee_position_m, axis=0)[:-1] - record.action[:-2, :3]
+    kicked = np.linalg.norm(error, axis=1) > 0.01
+    assert 2 <= kicked.sum() <= 0.3 * len(error)
+    # The label after a kick turns against it: label[t + 1] - label[t] ~ -kick[t].
+    change = np.diff(record.action[:-1, :3], axis=0)
+    cosine = np.sum(error * change, axis=1) / (
+        np.linalg.norm(error, axis=1) * np.linalg.norm(change, axis=1) + 1e-12)
+    assert np.all(cosine[kicked] < -0.7)
+    # Without kicks the same seed draws the same small noise as before kicks existed.
+    small = ExecutionNoise(translation_m=0.003, rotation_rad=0.003)
+    a = small.sample(np.random.default_rng(5))
+    b = ExecutionNoise(0.003, 0.003, 0.0, 0.0).sample(np.random.default_rng(5))
+    np.testing.assert_array_equal(a, b)
+    for bad in ({"kick_probability": 1.5, "kick_m": 0.01}, {"kick_probability": 0.1},
+                {"kick_m": 0.01}, {"kick_probability": 0.1, "kick_m": float("nan")}):
+        with pytest.raises(ValueError, match="kick"):
+            ExecutionNoise(**bad)

@@ -23,29 +23,48 @@ class ExecutionNoise:
     plans against the commanded pose, so its next action steers back to its path and the
     demonstrations gain the corrections a policy needs. The gripper is never perturbed.
 
+    Per-step noise of a few mm keeps the arm within a few mm of the path, but a policy's own
+    errors are larger: an uncertain first step or a misjudged transit leaves the arm
+    centimetres off, a state such demonstrations never show. Rare *kicks* (a large
+    translation offset on a random step, like a bump or an overshoot) add those states and
+    the expert's recovery from them, without making every label a large correction.
+
     Attributes:
         translation_m: standard deviation per axis of the translation noise, m.
         rotation_rad: standard deviation per axis of the roll/pitch/yaw noise, rad.
+        kick_probability: chance per step of a kick.
+        kick_m: standard deviation per axis of a kick's translation, m.
     """
 
     translation_m: float = 0.0
     rotation_rad: float = 0.0
+    kick_probability: float = 0.0
+    kick_m: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("translation_m", "rotation_rad"):
+        for name in ("translation_m", "rotation_rad", "kick_m"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}: expected a finite value >= 0, got {value!r}")
+        if not 0.0 <= self.kick_probability <= 1.0:
+            raise ValueError(f"kick_probability: expected [0, 1], got {self.kick_probability!r}")
+        if (self.kick_probability > 0) != (self.kick_m > 0):
+            raise ValueError(f"kick_probability and kick_m: set both or neither, got "
+                             f"{self.kick_probability!r} and {self.kick_m!r}")
 
     @property
     def active(self) -> bool:
         """True when any noise is added."""
-        return self.translation_m > 0 or self.rotation_rad > 0
+        return self.translation_m > 0 or self.rotation_rad > 0 or self.kick_m > 0
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
         """(7,) offset to add to an action: translation, rotation, gripper (always 0)."""
         scale = np.repeat([self.translation_m, self.rotation_rad], 3)
-        return np.append(rng.normal(0.0, scale), 0.0)
+        offset = np.append(rng.normal(0.0, scale), 0.0)
+        # Drawn only when kicks are on, so kick-free noise keeps its random stream.
+        if self.kick_m > 0 and rng.random() < self.kick_probability:
+            offset[:3] += rng.normal(0.0, self.kick_m, 3)
+        return offset
 
 
 def record_expert_episode(env: PiperSimEnv, expert: ScriptedExpert, seed: int,

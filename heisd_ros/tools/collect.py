@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "(the recorded label stays the expert's action)")
     parser.add_argument("--execution-noise-rad", type=float, default=0.0,
                         help="DART: std of noise added to the executed rotation per step, rad")
+    parser.add_argument("--kick-probability", type=float, default=0.0,
+                        help="DART kicks: chance per step of a large translation offset "
+                             "(with --kick-m)")
+    parser.add_argument("--kick-m", type=float, default=0.0,
+                        help="DART kicks: std per axis of a kick's translation, m")
     return parser
 
 
@@ -62,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                                fmt=args.format, overwrite=args.overwrite,
                                max_steps=args.max_steps,
                                noise=ExecutionNoise(args.execution_noise_m,
-                                                    args.execution_noise_rad))
+                                                    args.execution_noise_rad,
+                                                    args.kick_probability, args.kick_m))
         sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
         with tqdm(total=config.total_attempts, unit="episode") as bar:
             counts = {"kept": 0, "dropped": 0}
