@@ -153,6 +153,59 @@ def test_expert_actions_have_demonstration_profile():
     assert len(runs[0]) != len(runs[1]) or not np.allclose(runs[0], runs[1])
 
 
+def test_expert_never_stands_still_except_while_the_gripper_works():
+    """A memoryless policy copies a still label forever: only gripper holds may be still.
+
+    Every move starts at a speed (minimum jerk with a head start), and the gripper command
+    changes while the tool is still arriving, before the hold.
+    """
+    spec = get_task("piper_goal", "red_block_on_plate")
+    with PiperSimEnv(spec, NO_RENDER) as env:
+        expert = ScriptedExpert(env)
+        env.reset(4)
+        expert.reset(4)
+        actions = []
+        for _ in range(spec.max_steps):
+            actions.append(expert.act())
+            if env.step(actions[-1]).success:
+                break
+    actions = np.array(actions)
+    speed_m = np.linalg.norm(actions[:, :3], axis=1)
+    gripper = actions[:, 6]
+    changes = np.flatnonzero(np.diff(gripper) != 0) + 1
+    assert len(changes) >= 2
+    holds = np.zeros(len(actions), dtype=bool)
+    cfg = ExpertConfig()
+    for change in changes:
+        # The command changes `lead` steps before the tool stops, while it still moves...
+        assert speed_m[change] > 1e-4, change
+        # ...and the hold that follows keeps the tool still.
+        wait = cfg.grasp_wait_steps if gripper[change] > 0.5 else cfg.release_wait_steps
+        holds[change + cfg.gripper_lead_steps:change + cfg.gripper_lead_steps + wait] = True
+    assert speed_m[0] > 0.002                 # the first step already moves (head start)
+    assert np.all(speed_m[~holds] > 5e-4), np.flatnonzero((speed_m < 5e-4) & ~holds)
+
+
+def test_min_jerk_head_start_starts_moving_and_stops_smoothly():
+    from heisd_ros.sim.trajectories import min_jerk, min_jerk_peak_factor
+
+    for head in (0.0, 0.2, 0.4):
+        s = min_jerk(400, head)
+        speed = np.diff(np.r_[0.0, s])
+        assert s[-1] == pytest.approx(1.0) and np.all(speed > 0)
+        assert speed.max() / speed.mean() == pytest.approx(min_jerk_peak_factor(head), rel=1e-3)
+        assert speed[-1] < 1e-3 * speed.max() + 1e-9
+    start = np.diff(np.r_[0.0, min_jerk(400, 0.2)])
+    assert 0.35 < start[0] / start.max() < 0.5
+    assert min_jerk_peak_factor(0.0) == pytest.approx(1.875)
+    with pytest.raises(ValueError, match="head_start"):
+        min_jerk(10, 0.5)
+
+
 def test_expert_config_validates():
     with pytest.raises(ValueError, match="transit_speed_mps"):
         ExpertConfig(transit_speed_mps=0.0)
+    with pytest.raises(ValueError, match="transit_head_start"):
+        ExpertConfig(transit_head_start=0.6)
+    with pytest.raises(ValueError, match="gripper_lead_steps"):
+        ExpertConfig(gripper_lead_steps=-1)

@@ -21,6 +21,7 @@ from heisd_ros.sim.tasks import Goal
 from heisd_ros.sim.trajectories import (
     curved_approach,
     min_jerk,
+    min_jerk_peak_factor,
     slerp_matrices,
     steps_for,
     straight_transit,
@@ -49,6 +50,8 @@ class ExpertConfig:
     release_wait_steps: int = 4
     max_grasp_attempts: int = 2
     tool_tilt_rad: float = float(TOOL_TILT_RAD)
+    transit_head_start: float = 0.2
+    gripper_lead_steps: int = 2
 
     def __post_init__(self) -> None:
         for name in ("transit_speed_mps", "approach_speed_mps", "rotation_rate_rad_s",
@@ -60,6 +63,11 @@ class ExpertConfig:
         for name in ("grasp_wait_steps", "release_wait_steps", "max_grasp_attempts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.transit_head_start < 0.5:
+            raise ValueError(f"transit_head_start: expected [0, 0.5), got "
+                             f"{self.transit_head_start}")
+        if not 0 <= self.gripper_lead_steps <= 5:
+            raise ValueError(f"gripper_lead_steps: expected 0..5, got {self.gripper_lead_steps}")
 
 
 @dataclass
@@ -126,7 +134,8 @@ class ScriptedExpert:
         yield from self._move(hover, rot, closed=False, fast=True)
         pos = self.env.body_pos(name)  # re-read: closed loop on where the object really is
         grasp[:2] = pos[:2]
-        yield from self._move(grasp, rot, closed=False, fast=False)
+        yield from self._move(grasp, rot, closed=False, fast=False,
+                              switch_last=cfg.gripper_lead_steps)
         yield from self._hold(closed=True, steps=cfg.grasp_wait_steps)
         lift = self._last.tcp_m.copy()
         lift[2] = cfg.carry_height_m * self._jitter()
@@ -149,7 +158,8 @@ class ScriptedExpert:
         # Start the descent once the held object's bottom clears the rim / support.
         hover = self._hover_above(place, clear_z + spec.half_height_m + held_offset_z)
         yield from self._move(hover, rot, closed=True, fast=True)
-        yield from self._move(place, rot, closed=True, fast=False)
+        yield from self._move(place, rot, closed=True, fast=False,
+                              switch_last=cfg.gripper_lead_steps)
         yield from self._release_and_retreat()
 
     def _release_and_retreat(self) -> Iterator[_Pose]:
@@ -159,24 +169,34 @@ class ScriptedExpert:
 
     # ---- segments ----------------------------------------------------------------------
     def _move(self, end_m: np.ndarray, rot: np.ndarray, *, closed: bool, fast: bool,
-              curved: bool = True) -> Iterator[_Pose]:
+              curved: bool = True, switch_last: int = 0) -> Iterator[_Pose]:
+        """Waypoints to (end_m, rot), the gripper ``closed`` or not.
+
+        The last ``switch_last`` waypoints already command the other gripper state: the
+        fingers start moving as the tool arrives, so the nearly still states at the end of
+        an approach carry the gripper change in their labels, instead of one step that
+        looks like its predecessors.
+        """
         cfg, start = self.config, self._last
         distance = float(np.linalg.norm(end_m - start.tcp_m))
         angle = float(np.linalg.norm(matrix_to_rotvec(rot @ start.rot.T)))
         speed = (cfg.transit_speed_mps if fast else cfg.approach_speed_mps) * self._jitter()
+        head = cfg.transit_head_start
         n = steps_for(distance, angle, speed, cfg.rotation_rate_rad_s,
-                      self.env.config.control_rate_hz, 1.875 if fast else 2.0)
+                      self.env.config.control_rate_hz,
+                      min_jerk_peak_factor(head) if fast else 2.0)
         if fast:
             bow = np.array([*self._rng.normal(0.0, 0.01, 2), 0.02 if curved else 0.0])
             bow[:2] += self._around_base(start.tcp_m, end_m)
-            path = straight_transit(start.tcp_m, end_m, n, bow)
-            rots = slerp_matrices(start.rot, rot, min_jerk(n))
+            path = straight_transit(start.tcp_m, end_m, n, bow, head_start=head)
+            rots = slerp_matrices(start.rot, rot, min_jerk(n, head))
         else:
             path = curved_approach(start.tcp_m, end_m, n)
             rots = slerp_matrices(start.rot, rot, np.linspace(1 / n, 1, n))
         path[:-1] += self._rng.normal(0.0, cfg.waypoint_noise_m, path[:-1].shape)
-        for point, r in zip(path, rots, strict=True):
-            yield _Pose(point, r, closed)
+        switch_from = n - min(switch_last, n - 1)
+        for i, (point, r) in enumerate(zip(path, rots, strict=True)):
+            yield _Pose(point, r, closed != (i >= switch_from))
 
     @staticmethod
     def _around_base(start_m: np.ndarray, end_m: np.ndarray) -> np.ndarray:

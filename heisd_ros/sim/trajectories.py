@@ -12,10 +12,31 @@ import numpy as np
 from heisd_ros.sim.rotations import matrix_to_rotvec
 
 
-def min_jerk(n_steps: int) -> np.ndarray:
-    """Progress s(t) in (0, 1] at t = 1/n .. 1 of a minimum-jerk move (bell-shaped speed)."""
-    t = np.arange(1, n_steps + 1) / n_steps
+def _min_jerk_at(t):
     return 10 * t**3 - 15 * t**4 + 6 * t**5
+
+
+def min_jerk(n_steps: int, head_start: float = 0.0) -> np.ndarray:
+    """Progress s(t) in (0, 1] at t = 1/n .. 1 of a minimum-jerk move (bell-shaped speed).
+
+    ``head_start`` in [0, 0.5) skips that fraction of the profile's time, renormalised, so the
+    move starts at a speed instead of from rest (0.2: 41% of the peak speed); the end stays a
+    smooth stop. A policy that sees one frame cannot tell "about to start" from "standing":
+    from rest, the first steps of a minimum-jerk move are ~0, a still state whose label is
+    ~0, which a memoryless policy never leaves.
+    """
+    if not 0.0 <= head_start < 0.5:
+        raise ValueError(f"head_start: expected [0, 0.5), got {head_start}")
+    t = head_start + (1.0 - head_start) * np.arange(1, n_steps + 1) / n_steps
+    s0 = _min_jerk_at(head_start)
+    return (_min_jerk_at(t) - s0) / (1.0 - s0)
+
+
+def min_jerk_peak_factor(head_start: float = 0.0) -> float:
+    """Peak over mean speed of :func:`min_jerk` with ``head_start`` (1.875 without)."""
+    if not 0.0 <= head_start < 0.5:
+        raise ValueError(f"head_start: expected [0, 0.5), got {head_start}")
+    return 1.875 * (1.0 - head_start) / (1.0 - _min_jerk_at(head_start))
 
 
 def ease_out(n_steps: int) -> np.ndarray:
@@ -52,13 +73,13 @@ def slerp_matrices(start: np.ndarray, end: np.ndarray, progress: np.ndarray) -> 
 
 
 def straight_transit(start_m: np.ndarray, end_m: np.ndarray, n_steps: int,
-                     bow_m: np.ndarray | None = None) -> np.ndarray:
-    """(n, 3) minimum-jerk points from start to end.
+                     bow_m: np.ndarray | None = None, head_start: float = 0.0) -> np.ndarray:
+    """(n, 3) minimum-jerk points from start to end (``head_start``: see :func:`min_jerk`).
 
     ``bow_m`` bends the path by that offset at mid-course: a slight arc, as a human hand makes,
     instead of a ruler-straight line.
     """
-    s = min_jerk(n_steps)[:, None]
+    s = min_jerk(n_steps, head_start)[:, None]
     path = start_m + s * (end_m - start_m)
     if bow_m is not None:
         path += (4.0 * s * (1.0 - s)) * bow_m
