@@ -50,8 +50,18 @@ def setup(tiny_random_vla, tmp_path_factory):  # noqa: F811
 def test_record_replay_eval_with_hybrid_methods(setup, tmp_path, capsys):
     root, target, db = setup
     common = ["--target", target, "--db", db]
+    # Router threshold 0: every step with a full router window drafts from the DB, whatever
+    # the random model's motion (skip threshold 1: verification is never skipped).
+    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
+
+    always = VerifySkipCalibration(
+        skip_threshold=1.0, router_threshold=0.0, precision_target=0.95,
+        skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
+        hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0).save(
+            tmp_path / "always_retrieve.json")
     assert record.main(["--suite", SUITE, "--task", TASK, "--policy", "heisd", "--max-steps",
-                        "4", "--image-size", SIZE, "--out", str(tmp_path / "bags"), *common]) == 0
+                        "4", "--image-size", SIZE, "--out", str(tmp_path / "bags"),
+                        "--calibration", str(always), *common]) == 0
     bag = tmp_path / "bags" / SUITE / TASK / "episode_000000_bag"
     steps = [m for _, _, m in read_bag_messages(bag, [TOPIC_HYBRID_STEP],
                                                 typestore=make_recording_typestore())]
