@@ -104,6 +104,20 @@ def test_stats_validation_and_json():
     assert again.q01[-1] == 0.0 and again.q99[-1] == 1.0
 
 
+def test_a_smaller_stats_quantile_leaves_fewer_actions_in_the_edge_bins():
+    """1% per side in one clipped bin is a spike a greedy decoder picks; 0.1% is not."""
+    actions = np.random.default_rng(1).standard_t(3, (20000, 7)) * 0.01
+    actions[:, 6] = actions[:, 6] > 0
+    edge_share = {}
+    for q in (0.01, 0.001):
+        codec = ActionCodec(ActionStats.from_actions(actions, quantile=q))
+        bins = np.stack([codec.encode(a) for a in actions[:4000]])[:, :6]
+        edge_share[q] = float(np.mean((bins == 0) | (bins == 255)))
+    assert 0.01 < edge_share[0.01] < 0.03 and edge_share[0.001] < 0.004
+    with pytest.raises(ValueError, match="quantile"):
+        ActionStats.from_actions(actions, quantile=0.5)
+
+
 def test_kinematic_groups_partition_the_action():
     dims = sorted(d for g in ACTION_GROUPS.values() for d in g)
     assert dims == list(range(7))

@@ -298,3 +298,14 @@ def test_command_line_fine_tunes_from_a_checkpoint_keeping_its_bins(tmp_path):
     assert tuned.action_stats.to_json() == base.action_stats.to_json()
     before = dict(base.net.named_parameters())
     assert any(not torch.equal(p, before[n]) for n, p in tuned.net.named_parameters())
+    # --new-action-stats: the same start, bins recomputed from the data with the quantile.
+    assert train_vla.main(common + ["--out", str(tmp_path / "c"), "--init-from",
+                                    str(tmp_path / "a" / "small_vla.safetensors"),
+                                    "--new-action-stats", "--action-quantile", "0.001"]) == 0
+    wide = load_small_vla(tmp_path / "c" / "small_vla.safetensors").action_stats
+    assert np.all(wide.q01[:6] <= base.action_stats.q01[:6])
+    assert np.all(wide.q99[:6] >= base.action_stats.q99[:6])
+    assert np.any(wide.q99[:6] > base.action_stats.q99[:6])
+    for bad in (["--new-action-stats"], ["--action-quantile", "0.7"]):
+        with pytest.raises(SystemExit):
+            train_vla.main(common + ["--out", str(tmp_path / "d"), *bad])

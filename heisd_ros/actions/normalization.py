@@ -89,12 +89,22 @@ class ActionStats:
                    gripper_threshold=data.get("gripper_threshold", 0.5))
 
     @classmethod
-    def from_actions(cls, actions: np.ndarray) -> ActionStats:
-        """Statistics of a dataset of physical actions (T, 7), gripper left un-normalised."""
+    def from_actions(cls, actions: np.ndarray, quantile: float = 0.01) -> ActionStats:
+        """Statistics of a dataset of physical actions (T, 7), gripper left un-normalised.
+
+        ``quantile``: the range is [quantile, 1 - quantile] per dimension (OpenVLA: 0.01,
+        the 1st/99th percentiles; the fields keep the names q01/q99 whatever it is). Every
+        action outside the range is clipped into the first or last bin, so those two bins
+        collect the whole tail mass: 1% per side is a spike next to ~0.4% per inner bin, and
+        the greedy token of an uncertain model lands on it (a full-speed step) although the
+        distribution's bulk is elsewhere. A smaller quantile (0.001) keeps the edges rare.
+        """
         arr = np.asarray(actions, dtype=np.float64)
         if arr.ndim != 2 or arr.shape[1] != ACTION_DIM or len(arr) < 2:
             raise ValueError(f"actions: expected (T >= 2, {ACTION_DIM}), got {arr.shape}")
-        q01, q99 = np.quantile(arr, 0.01, axis=0), np.quantile(arr, 0.99, axis=0)
+        if not 0.0 <= quantile < 0.5:
+            raise ValueError(f"quantile: expected [0, 0.5), got {quantile}")
+        q01, q99 = np.quantile(arr, quantile, axis=0), np.quantile(arr, 1.0 - quantile, axis=0)
         q01[-1], q99[-1] = 0.0, 1.0
         return cls(q01=q01, q99=q99)
 

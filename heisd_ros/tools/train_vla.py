@@ -125,9 +125,11 @@ def train(args) -> dict:
                                     not args.quiet)
         train_index, val_index = split_episodes(cache, args.heldout_per_task)
         train_episodes = sorted(set(cache.episode[train_index].tolist()))
-        # Fine-tuning keeps the bins of the model it starts from.
-        stats = init.action_stats if init is not None else ActionStats.from_actions(
-            cache.actions[train_index])
+        # Fine-tuning keeps the bins of the model it starts from unless told otherwise.
+        if init is not None and not args.new_action_stats:
+            stats = init.action_stats
+        else:
+            stats = ActionStats.from_actions(cache.actions[train_index], args.action_quantile)
         config = VLATrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                                 warmup_steps=args.warmup, shift_px=args.shift_px, seed=args.seed,
                                 label_sigma_bins=args.label_sigma_bins,
@@ -283,6 +285,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="fine-tune: start from this small VLA's weights, architecture and "
                              "action bins (a new optimiser and schedule; the architecture "
                              "options are ignored)")
+    parser.add_argument("--action-quantile", type=float, default=0.01,
+                        help="action bins span the [q, 1 - q] quantiles of the training "
+                             "actions per dimension (OpenVLA: 0.01); smaller keeps the clipped "
+                             "edge bins rare (see ActionStats.from_actions)")
+    parser.add_argument("--new-action-stats", action="store_true",
+                        help="with --init-from: compute the bins from this data with "
+                             "--action-quantile instead of keeping the model's")
     parser.add_argument("--gripper-change-weight", type=float, default=1.0,
                         help="sampling weight of the steps around a gripper change (1 = "
                              "uniform; see VLATrainConfig)")
@@ -299,6 +308,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
+    if args.new_action_stats and not args.init_from:
+        parser.error("--new-action-stats: only with --init-from (a new model always computes "
+                     "its bins from the data)")
+    if not 0.0 <= args.action_quantile < 0.5:
+        parser.error(f"--action-quantile: expected [0, 0.5), got {args.action_quantile}")
     args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
 
