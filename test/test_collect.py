@@ -77,6 +77,25 @@ def test_collect_config_names_bad_fields():
         main(["--suites", "piper_goal", "--format", "hdf5"])
 
 
+def test_the_expert_of_the_first_datasets_can_still_be_collected(tmp_path, capsys):
+    """--transit-head-start 0 --gripper-lead-steps 0 reproduce the expert of the first data."""
+    out = tmp_path / "demos"
+    args = ["--suites", "piper_goal", "--tasks", "red_block_on_plate", "--episodes", "1",
+            "--image-size", "32", "--out", str(out)]
+    assert main([*args, "--transit-head-start", "0", "--gripper-lead-steps", "0"]) == 0
+    record = load_episode(iter_episode_paths(out)[0])
+    expert = record.metadata["expert_config"]
+    assert expert["transit_head_start"] == 0.0 and expert["gripper_lead_steps"] == 0
+    # From rest the first step of the first transit barely moves (waypoint noise only); the
+    # default expert's first step already has speed.
+    assert np.linalg.norm(record.action[0, :3]) < 0.002
+    assert main([*args, "--overwrite"]) == 0
+    default = load_episode(iter_episode_paths(out)[0])
+    assert np.linalg.norm(default.action[0, :3]) > 0.003
+    assert main([*args, "--overwrite", "--transit-head-start", "0.7"]) == 2
+    assert "transit_head_start" in capsys.readouterr().err
+
+
 def test_execution_noise_perturbs_the_arm_and_keeps_the_experts_labels():
     """DART: the arm executes label + noise, the record keeps the expert's corrective label."""
     from heisd_ros.sim.config import SimConfig

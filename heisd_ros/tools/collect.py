@@ -24,6 +24,7 @@ from pathlib import Path
 from heisd_ros.sim.collection import FORMATS, CollectConfig, collect, summary_lines
 from heisd_ros.sim.config import SimConfig
 from heisd_ros.sim.demos import ExecutionNoise
+from heisd_ros.sim.expert import ExpertConfig
 from heisd_ros.sim.suites import list_suites
 
 
@@ -53,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "(with --kick-m)")
     parser.add_argument("--kick-m", type=float, default=0.0,
                         help="DART kicks: std per axis of a kick's translation, m")
+    expert = ExpertConfig()
+    parser.add_argument("--transit-head-start", type=float, default=expert.transit_head_start,
+                        help="expert: fraction of the minimum-jerk profile a transit skips, so "
+                             "it starts moving at once (0 = from rest, the first datasets' expert)")
+    parser.add_argument("--gripper-lead-steps", type=int, default=expert.gripper_lead_steps,
+                        help="expert: steps before the tool arrives at which the gripper "
+                             "command changes (0 = on arrival, the first datasets' expert)")
     return parser
 
 
@@ -70,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                                                     args.execution_noise_rad,
                                                     args.kick_probability, args.kick_m))
         sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
+        expert_config = ExpertConfig(transit_head_start=args.transit_head_start,
+                                     gripper_lead_steps=args.gripper_lead_steps)
         with tqdm(total=config.total_attempts, unit="episode") as bar:
             counts = {"kept": 0, "dropped": 0}
 
@@ -78,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 bar.set_postfix(task=task, **counts)
                 bar.update(1)
 
-            summary = collect(config, sim_config, progress=progress)
+            summary = collect(config, sim_config, expert_config, progress=progress)
     except ValueError as err:
         print(f"heisd-collect: {err}", file=sys.stderr)
         return 2
