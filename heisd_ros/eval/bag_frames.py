@@ -49,10 +49,6 @@ class BagInfo:
     missing_optional: list[str] = field(default_factory=list)
 
 
-def _metadata(path: Path) -> dict:
-    return bag_information(path, BagError)
-
-
 def _open_checks(path: Path) -> tuple[Path, dict]:
     if not path.exists():
         raise BagError(f"{path}: no such file or directory; expected a rosbag2 directory "
@@ -67,7 +63,7 @@ def _open_checks(path: Path) -> tuple[Path, dict]:
         raise BagError(f"{path}: no metadata.yaml, so this is not a rosbag2 directory (found "
                        f"{files or 'nothing'}); if it holds .mcap/.db3 files from an "
                        f"interrupted recording, `ros2 bag reindex {path}` restores it")
-    meta = _metadata(path)
+    meta = bag_information(path, BagError)
     files = [str(f) for f in meta.get("relative_file_paths") or []]
     missing = [f for f in files if not (path / f).is_file()]
     if missing:

@@ -19,6 +19,7 @@ from heisd_ros.sim.env import TOOL_TILT_RAD, PiperSimEnv
 from heisd_ros.sim.rotations import matrix_to_rotvec, matrix_to_rpy, tool_down_rotation
 from heisd_ros.sim.tasks import Goal
 from heisd_ros.sim.trajectories import (
+    check_head_start,
     curved_approach,
     min_jerk,
     min_jerk_peak_factor,
@@ -63,9 +64,7 @@ class ExpertConfig:
         for name in ("grasp_wait_steps", "release_wait_steps", "max_grasp_attempts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.transit_head_start < 0.5:
-            raise ValueError(f"transit_head_start: expected [0, 0.5), got "
-                             f"{self.transit_head_start}")
+        check_head_start(self.transit_head_start, "transit_head_start")
         if not 0 <= self.gripper_lead_steps <= 5:
             raise ValueError(f"gripper_lead_steps: expected 0..5, got {self.gripper_lead_steps}")
 

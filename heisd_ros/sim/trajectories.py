@@ -16,6 +16,13 @@ def _min_jerk_at(t):
     return 10 * t**3 - 15 * t**4 + 6 * t**5
 
 
+def check_head_start(value: float, name: str = "head_start") -> float:
+    """``value`` if it is a valid minimum-jerk head start, [0, 0.5); else ValueError naming it."""
+    if not 0.0 <= value < 0.5:
+        raise ValueError(f"{name}: expected [0, 0.5), got {value}")
+    return value
+
+
 def min_jerk(n_steps: int, head_start: float = 0.0) -> np.ndarray:
     """Progress s(t) in (0, 1] at t = 1/n .. 1 of a minimum-jerk move (bell-shaped speed).
 
@@ -25,8 +32,7 @@ def min_jerk(n_steps: int, head_start: float = 0.0) -> np.ndarray:
     from rest, the first steps of a minimum-jerk move are ~0, a still state whose label is
     ~0, which a memoryless policy never leaves.
     """
-    if not 0.0 <= head_start < 0.5:
-        raise ValueError(f"head_start: expected [0, 0.5), got {head_start}")
+    check_head_start(head_start)
     t = head_start + (1.0 - head_start) * np.arange(1, n_steps + 1) / n_steps
     s0 = _min_jerk_at(head_start)
     return (_min_jerk_at(t) - s0) / (1.0 - s0)
@@ -34,8 +40,7 @@ def min_jerk(n_steps: int, head_start: float = 0.0) -> np.ndarray:
 
 def min_jerk_peak_factor(head_start: float = 0.0) -> float:
     """Peak over mean speed of :func:`min_jerk` with ``head_start`` (1.875 without)."""
-    if not 0.0 <= head_start < 0.5:
-        raise ValueError(f"head_start: expected [0, 0.5), got {head_start}")
+    check_head_start(head_start)
     return 1.875 * (1.0 - head_start) / (1.0 - _min_jerk_at(head_start))
 
 
