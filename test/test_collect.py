@@ -78,14 +78,19 @@ def test_collect_config_names_bad_fields():
 
 
 def test_the_expert_of_the_first_datasets_can_still_be_collected(tmp_path, capsys):
-    """--transit-head-start 0 --gripper-lead-steps 0 reproduce the expert of the first data."""
+    """The expert options reproduce the expert of the first datasets."""
     out = tmp_path / "demos"
     args = ["--suites", "piper_goal", "--tasks", "red_block_on_plate", "--episodes", "1",
             "--image-size", "32", "--out", str(out)]
-    assert main([*args, "--transit-head-start", "0", "--gripper-lead-steps", "0"]) == 0
+    assert main([*args, "--transit-head-start", "0", "--gripper-lead-steps", "0",
+                 "--grasp-wait-steps", "5", "--release-wait-steps", "4"]) == 0
     record = load_episode(iter_episode_paths(out)[0])
     expert = record.metadata["expert_config"]
     assert expert["transit_head_start"] == 0.0 and expert["gripper_lead_steps"] == 0
+    assert expert["grasp_wait_steps"] == 5 and expert["release_wait_steps"] == 4
+    # The first datasets' expert holds still after closing the gripper: 5 still labels.
+    still = np.linalg.norm(record.action[:, :3], axis=1) < 1e-4
+    assert still.sum() >= 5
     # From rest the first step of the first transit barely moves (waypoint noise only); the
     # default expert's first step already has speed.
     assert np.linalg.norm(record.action[0, :3]) < 0.002

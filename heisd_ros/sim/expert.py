@@ -37,7 +37,13 @@ _MIN_GRASP_Z_M = 0.03
 
 @dataclass(frozen=True)
 class ExpertConfig:
-    """Motion parameters of the scripted expert (speeds are peak TCP speeds)."""
+    """Motion parameters of the scripted expert (speeds are peak TCP speeds).
+
+    ``grasp_wait_steps`` / ``release_wait_steps`` hold the tool still after the gripper
+    command changes. The sim's fingers close or open within one control step, so the default
+    is no hold: the lift or retreat starts at once. A hold is a still state with a still
+    label, which a memoryless policy copies forever (the first datasets used 5 and 4).
+    """
 
     transit_speed_mps: float = 0.18
     approach_speed_mps: float = 0.06
@@ -47,8 +53,8 @@ class ExpertConfig:
     approach_offset_m: float = 0.03
     waypoint_noise_m: float = 0.0007
     speed_jitter: float = 0.2
-    grasp_wait_steps: int = 5
-    release_wait_steps: int = 4
+    grasp_wait_steps: int = 0
+    release_wait_steps: int = 0
     max_grasp_attempts: int = 2
     tool_tilt_rad: float = float(TOOL_TILT_RAD)
     transit_head_start: float = 0.2
@@ -61,9 +67,11 @@ class ExpertConfig:
                 raise ValueError(f"{name}: expected > 0, got {getattr(self, name)}")
         if not 0.0 <= self.speed_jitter < 0.9:
             raise ValueError(f"speed_jitter: expected [0, 0.9), got {self.speed_jitter}")
-        for name in ("grasp_wait_steps", "release_wait_steps", "max_grasp_attempts"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        for name in ("grasp_wait_steps", "release_wait_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
+        if self.max_grasp_attempts < 1:
+            raise ValueError(f"max_grasp_attempts: expected >= 1, got {self.max_grasp_attempts}")
         check_head_start(self.transit_head_start, "transit_head_start")
         if not 0 <= self.gripper_lead_steps <= 5:
             raise ValueError(f"gripper_lead_steps: expected 0..5, got {self.gripper_lead_steps}")

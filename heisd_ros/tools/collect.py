@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gripper-lead-steps", type=int, default=expert.gripper_lead_steps,
                         help="expert: steps before the tool arrives at which the gripper "
                              "command changes (0 = on arrival, the first datasets' expert)")
+    parser.add_argument("--grasp-wait-steps", type=int, default=expert.grasp_wait_steps,
+                        help="expert: steps it holds still after closing the gripper "
+                             "(the first datasets' expert: 5)")
+    parser.add_argument("--release-wait-steps", type=int, default=expert.release_wait_steps,
+                        help="expert: steps it holds still after opening the gripper "
+                             "(the first datasets' expert: 4)")
     return parser
 
 
@@ -79,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
                                                     args.kick_probability, args.kick_m))
         sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
         expert_config = ExpertConfig(transit_head_start=args.transit_head_start,
-                                     gripper_lead_steps=args.gripper_lead_steps)
+                                     gripper_lead_steps=args.gripper_lead_steps,
+                                     grasp_wait_steps=args.grasp_wait_steps,
+                                     release_wait_steps=args.release_wait_steps)
         with tqdm(total=config.total_attempts, unit="episode") as bar:
             counts = {"kept": 0, "dropped": 0}
 
