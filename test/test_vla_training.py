@@ -306,6 +306,9 @@ def test_command_line_fine_tunes_from_a_checkpoint_keeping_its_bins(tmp_path):
     assert np.all(wide.q01[:6] <= base.action_stats.q01[:6])
     assert np.all(wide.q99[:6] >= base.action_stats.q99[:6])
     assert np.any(wide.q99[:6] > base.action_stats.q99[:6])
-    for bad in (["--new-action-stats"], ["--action-quantile", "0.7"]):
+    init = ["--init-from", str(tmp_path / "a" / "small_vla.safetensors")]
+    # A quantile with --init-from but without --new-action-stats would be ignored: refused.
+    for bad in (["--new-action-stats"], ["--action-quantile", "0.7"],
+                [*init, "--action-quantile", "0.001"]):
         with pytest.raises(SystemExit):
             train_vla.main(common + ["--out", str(tmp_path / "d"), *bad])

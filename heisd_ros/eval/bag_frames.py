@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from heisd_ros.data.bag_topics import (
+    METADATA_FILE,
     ROLES,
     BagTopics,
     bag_information,
@@ -52,15 +53,15 @@ class BagInfo:
 def _open_checks(path: Path) -> tuple[Path, dict]:
     if not path.exists():
         raise BagError(f"{path}: no such file or directory; expected a rosbag2 directory "
-                       f"(the one holding metadata.yaml)")
+                       f"(the one holding {METADATA_FILE})")
     if path.is_file():
         parent = path.parent
-        hint = (f"pass the bag directory {parent} instead" if (parent / "metadata.yaml").is_file()
-                else f"it has no metadata.yaml next to it; run `ros2 bag reindex {parent}`")
+        hint = (f"pass the bag directory {parent} instead" if (parent / METADATA_FILE).is_file()
+                else f"it has no {METADATA_FILE} next to it; run `ros2 bag reindex {parent}`")
         raise BagError(f"{path}: is a file; replay needs the rosbag2 directory ({hint})")
-    if not (path / "metadata.yaml").is_file():
+    if not (path / METADATA_FILE).is_file():
         files = sorted(p.name for p in path.iterdir())
-        raise BagError(f"{path}: no metadata.yaml, so this is not a rosbag2 directory (found "
+        raise BagError(f"{path}: no {METADATA_FILE}, so this is not a rosbag2 directory (found "
                        f"{files or 'nothing'}); if it holds .mcap/.db3 files from an "
                        f"interrupted recording, `ros2 bag reindex {path}` restores it")
     meta = bag_information(path, BagError)

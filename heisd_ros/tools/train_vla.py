@@ -285,10 +285,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="fine-tune: start from this small VLA's weights, architecture and "
                              "action bins (a new optimiser and schedule; the architecture "
                              "options are ignored)")
-    parser.add_argument("--action-quantile", type=float, default=0.01,
+    parser.add_argument("--action-quantile", type=float, default=None,
                         help="action bins span the [q, 1 - q] quantiles of the training "
-                             "actions per dimension (OpenVLA: 0.01); smaller keeps the clipped "
-                             "edge bins rare (see ActionStats.from_actions)")
+                             "actions per dimension (default 0.01, as OpenVLA); smaller keeps "
+                             "the clipped edge bins rare (see ActionStats.from_actions)")
     parser.add_argument("--new-action-stats", action="store_true",
                         help="with --init-from: compute the bins from this data with "
                              "--action-quantile instead of keeping the model's")
@@ -311,6 +311,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.new_action_stats and not args.init_from:
         parser.error("--new-action-stats: only with --init-from (a new model always computes "
                      "its bins from the data)")
+    if args.action_quantile is None:
+        args.action_quantile = 0.01
+    elif args.init_from and not args.new_action_stats:
+        parser.error("--action-quantile: with --init-from the model's bins are kept; add "
+                     "--new-action-stats to compute new ones")
     if not 0.0 <= args.action_quantile < 0.5:
         parser.error(f"--action-quantile: expected [0, 0.5), got {args.action_quantile}")
     args.argv = list(sys.argv[1:] if argv is None else argv)
