@@ -43,6 +43,11 @@ class ExpertConfig:
     command changes. The sim's fingers close or open within one control step, so the default
     is no hold: the lift or retreat starts at once. A hold is a still state with a still
     label, which a memoryless policy copies forever (the first datasets used 5 and 4).
+
+    ``gripper_lead_steps``: the gripper command changes this many steps before the tool
+    arrives. One step is enough: the fingers have closed by the next state, whose label is
+    already the lift. With two, the state after the fingers closed still descended, right
+    before the lift from almost the same state, and the policy hesitated between the two.
     """
 
     transit_speed_mps: float = 0.18
@@ -58,7 +63,7 @@ class ExpertConfig:
     max_grasp_attempts: int = 2
     tool_tilt_rad: float = float(TOOL_TILT_RAD)
     transit_head_start: float = 0.2
-    gripper_lead_steps: int = 2
+    gripper_lead_steps: int = 1
 
     def __post_init__(self) -> None:
         for name in ("transit_speed_mps", "approach_speed_mps", "rotation_rate_rad_s",
