@@ -191,9 +191,6 @@ def test_expert_never_stands_still():
     assert speed_m[0] > 0.002                 # the first step already moves (head start)
     # The last label ends the approach that releases the object (success follows it).
     assert np.all(speed_m[:-1] > 5e-4), np.flatnonzero(speed_m[:-1] < 5e-4)
-    # The expert of the first datasets held still after each gripper change.
-    old = ExpertConfig(grasp_wait_steps=5, release_wait_steps=4)
-    assert old.grasp_wait_steps == 5
     with pytest.raises(ValueError, match="grasp_wait_steps"):
         ExpertConfig(grasp_wait_steps=-1)
 
