@@ -18,6 +18,8 @@ from heisd_ros.data.observation import ACTION_DIM, check_action
 
 # Denominator guard for a dimension whose q01 == q99 (constant in the data), as in OpenVLA.
 _EPS = 1e-8
+#: OpenVLA's action-bin range: the [q, 1 - q] quantiles of the training actions.
+OPENVLA_QUANTILE = 0.01
 
 
 def _vector(name: str, value, dtype) -> np.ndarray:
@@ -89,7 +91,8 @@ class ActionStats:
                    gripper_threshold=data.get("gripper_threshold", 0.5))
 
     @classmethod
-    def from_actions(cls, actions: np.ndarray, quantile: float = 0.01) -> ActionStats:
+    def from_actions(cls, actions: np.ndarray,
+                     quantile: float = OPENVLA_QUANTILE) -> ActionStats:
         """Statistics of a dataset of physical actions (T, 7), gripper left un-normalised.
 
         ``quantile``: the range is [quantile, 1 - quantile] per dimension (OpenVLA: 0.01,

@@ -16,11 +16,10 @@ def _min_jerk_at(t):
     return 10 * t**3 - 15 * t**4 + 6 * t**5
 
 
-def check_head_start(value: float, name: str = "head_start") -> float:
-    """``value`` if it is a valid minimum-jerk head start, [0, 0.5); else ValueError naming it."""
+def check_head_start(value: float, name: str = "head_start") -> None:
+    """ValueError naming ``name`` unless ``value`` is a minimum-jerk head start, [0, 0.5)."""
     if not 0.0 <= value < 0.5:
         raise ValueError(f"{name}: expected [0, 0.5), got {value}")
-    return value
 
 
 def min_jerk(n_steps: int, head_start: float = 0.0) -> np.ndarray:

@@ -313,7 +313,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--new-action-stats: only with --init-from (a new model always computes "
                      "its bins from the data)")
     if args.action_quantile is None:
-        args.action_quantile = 0.01
+        from heisd_ros.actions.normalization import OPENVLA_QUANTILE
+
+        args.action_quantile = OPENVLA_QUANTILE
     elif args.init_from and not args.new_action_stats:
         parser.error("--action-quantile: with --init-from the model's bins are kept; add "
                      "--new-action-stats to compute new ones")
