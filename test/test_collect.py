@@ -15,7 +15,7 @@ from heisd_ros.data.rosbag_io import (
     image_from_msg,
     read_bag_messages,
 )
-from heisd_ros.sim.collection import CollectConfig, bag_path
+from heisd_ros.sim.collection import CollectConfig, bag_path, dataset_summary
 from heisd_ros.tools.collect import main
 
 
@@ -168,3 +168,37 @@ def test_kicks_put_the_arm_centimetres_off_and_the_next_label_brings_it_back():
                 {"kick_m": 0.01}, {"kick_probability": 0.1, "kick_m": float("nan")}):
         with pytest.raises(ValueError, match="kick"):
             ExecutionNoise(**bad)
+
+
+def test_runs_into_one_folder_are_merged_in_its_summary(tmp_path):
+    out = tmp_path / "demos"
+    # Three steps are far too few for a pick-and-place: every attempt fails, quickly.
+    common = ["--suites", "piper_spatial", "--tasks", "block_left_of_plate", "--max-steps", "3",
+              "--image-size", "32", "--out", str(out)]
+    assert main(common + ["--episodes", "2", "--seed", "0"]) == 0
+    assert main(common + ["--episodes", "1", "--seed", "5", "--grasp-wait-steps", "5"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    entry = summary["tasks"]["piper_spatial/block_left_of_plate"]
+    assert entry["attempted"] == 3 and entry["dropped_seeds"] == [0, 1, 5]
+    assert summary["total_dropped"] == 3
+    assert [run["seed"] for run in summary["runs"]] == [0, 5]
+    # Each run keeps the expert that collected it.
+    assert [run["expert"]["grasp_wait_steps"] for run in summary["runs"]] == [0, 5]
+
+    # Re-running the first collection replaces its entry instead of counting it twice.
+    assert main(common + ["--episodes", "2", "--seed", "0", "--overwrite"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tasks"]["piper_spatial/block_left_of_plate"]["attempted"] == 3
+    assert sorted(run["seed"] for run in summary["runs"]) == [0, 5]
+
+
+def test_a_summary_from_before_runs_were_listed_counts_as_one_run():
+    old = {"seed": 0, "out_dir": "d", "tasks": {"s/t": {"attempted": 2, "kept": 2, "dropped": 0,
+                                                       "dropped_seeds": [], "mean_steps": 10.0}}}
+    new = {"seed": 2, "out_dir": "d", "tasks": {"s/t": {"attempted": 2, "kept": 1, "dropped": 1,
+                                                       "dropped_seeds": [3], "mean_steps": 40.0}}}
+    merged = dataset_summary(old, new)
+    assert merged["runs"] == [old, new]
+    assert merged["tasks"]["s/t"] == {"attempted": 4, "kept": 3, "dropped": 1,
+                                      "dropped_seeds": [3], "mean_steps": 20.0}
+    assert (merged["total_kept"], merged["total_dropped"]) == (3, 1)

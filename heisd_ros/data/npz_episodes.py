@@ -3,7 +3,7 @@
 Layout on disk::
 
     <root>/<suite>/<task>/episode_<seed:06d>.npz
-    <root>/summary.json                      (written by heisd-collect)
+    <root>/summary.json                      (heisd-collect: every run, merged)
 
 Keys of each ``.npz`` (``np.savez_compressed``; read with ``allow_pickle=False``):
 

@@ -6,6 +6,8 @@ which the scripted expert fails are dropped (never written) and counted in the s
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -20,6 +22,8 @@ from heisd_ros.sim.expert import ExpertConfig, ScriptedExpert
 from heisd_ros.sim.suites import get_task, list_tasks
 
 FORMATS = ("npz", "mcap", "sqlite3", "both")
+#: The folder's summary of every collection run written into it.
+SUMMARY_FILE = "summary.json"
 
 #: Called after every attempt with (suite, task, seed, kept).
 ProgressCallback = Callable[[str, str, int, bool], None]
@@ -112,7 +116,64 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
         "total_kept": sum(v["kept"] for v in per_task.values()),
         "total_dropped": sum(v["dropped"] for v in per_task.values()),
         "tasks": per_task, "sim_config": asdict(sim_config or SimConfig()),
+        "expert": asdict(expert_config or ExpertConfig()),
     }
+
+
+def dataset_summary(previous: dict | None, run: dict) -> dict:
+    """The summary file of a folder after ``run`` (a :func:`collect` result) is added to it.
+
+    Several runs may write into one folder (other suites, other seeds, two processes side by
+    side). The file lists every run under ``runs`` and merges their ``tasks`` and totals, so no
+    run's counts are lost. A run with the same first seed and tasks as an earlier one (an
+    ``overwrite`` re-run) replaces it. A summary written before ``runs`` existed counts as one run.
+    """
+    runs = [] if previous is None else list(previous.get("runs", [previous]))
+    runs = [r for r in runs
+            if not (r.get("seed") == run["seed"] and set(r.get("tasks", {})) == set(run["tasks"]))]
+    runs.append(run)
+    tasks: dict[str, dict] = {}
+    for entry in runs:
+        for name, counts in entry.get("tasks", {}).items():
+            merged = tasks.setdefault(name, {"attempted": 0, "kept": 0, "dropped": 0,
+                                             "dropped_seeds": [], "total_steps": 0.0})
+            for key in ("attempted", "kept", "dropped"):
+                merged[key] += counts[key]
+            merged["dropped_seeds"] = sorted(merged["dropped_seeds"] + counts["dropped_seeds"])
+            merged["total_steps"] += (counts["mean_steps"] or 0.0) * counts["kept"]
+    for merged in tasks.values():
+        total_steps = merged.pop("total_steps")
+        merged["mean_steps"] = round(total_steps / merged["kept"], 1) if merged["kept"] else None
+    return {"out_dir": run["out_dir"],
+            "total_kept": sum(v["kept"] for v in tasks.values()),
+            "total_dropped": sum(v["dropped"] for v in tasks.values()),
+            "tasks": tasks, "runs": runs}
+
+
+def write_summary(out_dir: str | Path, run: dict) -> Path:
+    """Add ``run`` to ``<out_dir>/summary.json`` (:func:`dataset_summary`); returns its path.
+
+    Holds an exclusive lock on the folder while it reads and rewrites the file, so two
+    collections finishing at once both land (POSIX ``flock``; without it, last writer wins).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / SUMMARY_FILE
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no folder lock
+        fcntl = None
+    handle = os.open(out, os.O_RDONLY)
+    try:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        previous = json.loads(path.read_text()) if path.is_file() else None
+        scratch = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}")
+        scratch.write_text(json.dumps(dataset_summary(previous, run), indent=2) + "\n")
+        os.replace(scratch, path)
+    finally:
+        os.close(handle)  # releases the lock
+    return path
 
 
 def bag_path(root: str | Path, suite: str, task: str, seed: int) -> Path:

@@ -11,17 +11,22 @@ Examples:
 Each task gets --episodes attempts with seeds --seed, --seed + 1, ...; attempts the scripted
 expert fails are dropped and counted. Output: <out>/<suite>/<task>/episode_<seed>.npz (compact
 format, see heisd_ros.data.npz_episodes) and/or episode_<seed>_bag/ (rosbag2, MCAP or
-sqlite3), plus <out>/summary.json. Needs MUJOCO_GL=egl (or glfw/osmesa) for rendering.
+sqlite3), plus <out>/summary.json (every run into <out>, merged). Needs MUJOCO_GL=egl (or
+glfw/osmesa) for rendering.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
-from heisd_ros.sim.collection import FORMATS, CollectConfig, collect, summary_lines
+from heisd_ros.sim.collection import (
+    FORMATS,
+    CollectConfig,
+    collect,
+    summary_lines,
+    write_summary,
+)
 from heisd_ros.sim.config import SimConfig
 from heisd_ros.sim.demos import ExecutionNoise
 from heisd_ros.sim.expert import ExpertConfig
@@ -101,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"heisd-collect: {err}", file=sys.stderr)
         return 2
-    path = Path(args.out) / "summary.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=2) + "\n")
+    path = write_summary(args.out, summary)
     print("\n".join(summary_lines(summary)))
     print(f"summary: {path}")
     return 0
