@@ -154,25 +154,26 @@ def write_summary(out_dir: str | Path, run: dict) -> Path:
     """Add ``run`` to ``<out_dir>/summary.json`` (:func:`dataset_summary`); returns its path.
 
     Holds an exclusive lock on the folder while it reads and rewrites the file, so two
-    collections finishing at once both land (POSIX ``flock``; without it, last writer wins).
+    collections finishing at once both land (POSIX ``flock``).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / SUMMARY_FILE
     try:
         import fcntl
-    except ImportError:  # not POSIX: no folder lock
+    except ImportError:  # not POSIX: no folder lock, the last writer wins
         fcntl = None
-    handle = os.open(out, os.O_RDONLY)
+    handle = os.open(out, os.O_RDONLY) if fcntl is not None else None
     try:
-        if fcntl is not None:
+        if handle is not None:
             fcntl.flock(handle, fcntl.LOCK_EX)
         previous = json.loads(path.read_text()) if path.is_file() else None
         scratch = path.with_name(f".{SUMMARY_FILE}.{os.getpid()}")
         scratch.write_text(json.dumps(dataset_summary(previous, run), indent=2) + "\n")
         os.replace(scratch, path)
     finally:
-        os.close(handle)  # releases the lock
+        if handle is not None:
+            os.close(handle)  # releases the lock
     return path
 
 
