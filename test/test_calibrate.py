@@ -9,6 +9,7 @@ import pytest
 
 from heisd_ros.calibration.verify_skip import (
     VerifySkipCalibration,
+    best_precision,
     draft_passes,
     precision_threshold,
     youden_threshold,
@@ -27,6 +28,16 @@ def test_precision_threshold_is_the_lowest_that_qualifies():
     t, p, n = precision_threshold(scores, good, 0.8, 1)
     assert (t, n) == (0.95, 5) and p == pytest.approx(0.8)
     assert precision_threshold(scores, good, 1.0, 4)[0] == 1.0   # support too small: never
+
+
+def test_best_precision_says_what_the_data_allows():
+    scores = np.array([0.99, 0.98, 0.97, 0.96, 0.95, 0.90])
+    good = np.array([False, True, True, False, True, False])
+    prec, t, n = best_precision(scores, good, 1)
+    assert (t, n) == (0.97, 3) and prec == pytest.approx(2 / 3)
+    prec, t, n = best_precision(scores, good, 4)   # at least 4 steps: the best is 3 of 5
+    assert (t, n) == (0.95, 5) and prec == pytest.approx(0.6)
+    assert best_precision(scores, good, 7)[2] == 0   # fewer scores than the support asked for
 
 
 def test_youden_separates():

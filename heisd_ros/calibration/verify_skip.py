@@ -138,6 +138,28 @@ def precision_threshold(scores: np.ndarray, positive: np.ndarray, precision: flo
     return best
 
 
+def best_precision(scores: np.ndarray, positive: np.ndarray,
+                   min_support: int) -> tuple[float, float, int]:
+    """(precision, threshold, support) of the most precise threshold with >= ``min_support`` steps.
+
+    What the data allows when no threshold reaches the wanted precision; ties as in
+    :func:`precision_threshold`. (nan, 1.0, 0) when there are fewer than ``min_support`` scores.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    pos = np.asarray(positive, dtype=bool)
+    order = np.argsort(-s, kind="stable")
+    s, pos = s[order], pos[order]
+    hits = np.cumsum(pos)
+    best = (float("nan"), 1.0, 0)
+    for i in range(min_support - 1, len(s)):
+        if i + 1 < len(s) and s[i + 1] == s[i]:
+            continue
+        prec = hits[i] / (i + 1)
+        if not prec <= best[0]:  # the first, or more precise
+            best = (float(prec), float(s[i]), i + 1)
+    return best
+
+
 def youden_threshold(values: np.ndarray, positive: np.ndarray, default: float = 0.5) -> float:
     """The t maximising TPR - FPR of the prediction ``value >= t`` (NaN values ignored)."""
     v = np.asarray(values, dtype=np.float64)
@@ -246,8 +268,16 @@ def calibrate(samples: dict, config: CalibrationConfig | None = None,
     hidden_t, _, _ = precision_threshold(sims, dists <= cfg.trajectory_tolerance_m,
                                          cfg.precision, cfg.min_support)
     router_t = youden_threshold(samples["fused"][has], passed)
-    notes = [] if support else [f"no similarity reached precision {cfg.precision} with "
-                                f"{cfg.min_support} steps: skip only identical observations"]
+    notes = []
+    if not support:
+        reached, at, at_support = best_precision(score, passed, cfg.min_support)
+        notes.append(f"no similarity reached precision {cfg.precision} with {cfg.min_support} "
+                     f"steps: skip only identical observations (the most precise threshold, "
+                     f"similarity >= {at:.4f}, had precision {reached:.2f} over {at_support} "
+                     f"steps; {float(np.mean(passed)):.2f} of all held-out drafts pass)"
+                     if at_support else
+                     f"no similarity reached precision {cfg.precision} with {cfg.min_support} "
+                     f"steps: skip only identical observations")
     return VerifySkipCalibration(
         skip_threshold=skip_t, router_threshold=min(1.0, max(0.0, router_t)),
         precision_target=cfg.precision,
