@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -71,6 +72,7 @@ def test_end_to_end_build_and_retrieve(demos, checkpoint, tmp_path):
     assert run(demos, db, checkpoint) == 0
     stats = json.loads((db / "offline_stats.json").read_text())
     assert stats["points"] == 3 * T_STEPS and stats["tasks"] == ["task_a", "task_b"]
+    assert stats["shared_collections"] == {}
     assert stats["router_stats"]["suite_a"]["n_windows"] == 3 * (T_STEPS - 2)
     target = load_small_vla(checkpoint)
     assert stats["model_fingerprint"] == model_fingerprint(target)
@@ -88,6 +90,19 @@ def test_end_to_end_build_and_retrieve(demos, checkpoint, tmp_path):
         assert len(res.candidates[0].record.lookahead_bins) == 3
     finally:
         store.close()
+
+
+def test_one_task_name_in_two_suites_is_reported(checkpoint, tmp_path, capsys):
+    root = tmp_path / "demos"
+    for i, suite in enumerate(["suite_a", "suite_b"]):
+        record = dataclasses.replace(synth_episode("task_a", 50 + i), suite=suite)
+        save_episode(record, episode_path(root, suite, "task_a", i))
+    assert run(root, tmp_path / "db", checkpoint) == 0
+    stats = json.loads((tmp_path / "db" / "offline_stats.json").read_text())
+    assert stats["tasks"] == ["task_a"]
+    assert stats["shared_collections"] == {"task_a": ["suite_a", "suite_b"]}
+    err = capsys.readouterr().err
+    assert "suites suite_a, suite_b each have a task named 'task_a'" in err
 
 
 def test_refuses_other_fingerprint_and_dimension(demos, checkpoint, tmp_path, capsys):

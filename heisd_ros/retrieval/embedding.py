@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +84,9 @@ class BuildSummary:
     episodes: int
     tasks: tuple[str, ...]
     dimension: int
+    #: task name -> the suites whose episodes landed in its collection, where more than one did
+    #: (two suites' tasks of one name share a collection, so retrieval mixes their scenes).
+    shared: dict = field(default_factory=dict)
 
 
 def build_database(target, episodes: Sequence, store, codec, *, lookahead: int = LOOKAHEAD,
@@ -103,7 +106,7 @@ def build_database(target, episodes: Sequence, store, codec, *, lookahead: int =
         id_of: (episode index, step) -> point id; default ``index * ID_STRIDE + step``.
     """
     id_of = id_of or (lambda index, step: index * ID_STRIDE + step)
-    points, tasks = 0, set()
+    points, suites_of = 0, {}
     for index, record in episodes:
         vectors = np.stack([embed_observation(target, record.observation(t), encoder)
                             for t in range(record.num_steps)])
@@ -115,11 +118,12 @@ def build_database(target, episodes: Sequence, store, codec, *, lookahead: int =
         store.upsert(record.task, [id_of(index, t) for t in range(len(records))], vectors,
                      [r.to_payload() for r in records])
         points += len(records)
-        tasks.add(record.task)
+        suites_of.setdefault(record.task, set()).add(record.suite)
         if progress is not None:
             progress(len(records))
     store.finalize()
-    return BuildSummary(points, len(episodes), tuple(sorted(tasks)), store.dimension)
+    shared = {task: tuple(sorted(suites)) for task, suites in suites_of.items() if len(suites) > 1}
+    return BuildSummary(points, len(episodes), tuple(sorted(suites_of)), store.dimension, shared)
 
 
 def write_offline_stats(path: str | Path, stats: dict) -> Path:

@@ -194,7 +194,9 @@ def build(args) -> dict:
     stats_dir.mkdir(parents=True, exist_ok=True)
     result = {"target": description, "model_fingerprint": fingerprint, "dimension": dimension,
               "points": summary.points, "episodes": summary.episodes,
-              "tasks": list(summary.tasks), "db_episodes": [str(p) for p in db_paths],
+              "tasks": list(summary.tasks),
+              "shared_collections": {t: list(v) for t, v in summary.shared.items()},
+              "db_episodes": [str(p) for p in db_paths],
               "held_out_episodes": [str(p) for p in held_out],
               "demos_format": "bag" if db_paths[0].is_dir() else "npz",
               "bag_options": _bag_options(args) if db_paths[0].is_dir() else None,
@@ -223,6 +225,11 @@ def main(argv=None) -> int:
     print(f"{result['points']} points from {result['episodes']} episodes, "
           f"{len(result['tasks'])} tasks, dimension {result['dimension']}, "
           f"fingerprint {result['model_fingerprint']}")
+    for task, suites in result["shared_collections"].items():
+        print(f"heisd-build-db: note: suites {', '.join(suites)} each have a task named "
+              f"{task!r}; their episodes share one collection, so retrieval for either can "
+              f"return the other's steps (name the tasks apart to keep them separate)",
+              file=sys.stderr)
     return 0
 
 
