@@ -116,6 +116,22 @@ class VerifySkipCalibration:
                        router=replace(config.router, threshold=self.router_threshold))
 
 
+def _threshold_curve(scores: np.ndarray, positive: np.ndarray):
+    """(threshold, precision, support) of every distinct threshold, highest first.
+
+    A threshold s keeps the steps with score >= s, all ties included.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    pos = np.asarray(positive, dtype=bool)
+    order = np.argsort(-s, kind="stable")
+    s, pos = s[order], pos[order]
+    hits = np.cumsum(pos)
+    for i in range(len(s)):
+        if i + 1 < len(s) and s[i + 1] == s[i]:
+            continue  # a threshold includes all ties
+        yield float(s[i]), float(hits[i] / (i + 1)), i + 1
+
+
 def precision_threshold(scores: np.ndarray, positive: np.ndarray, precision: float,
                         min_support: int) -> tuple[float, float, int]:
     """Lowest s with precision(positive | score >= s) >= ``precision`` and support >= min.
@@ -123,18 +139,10 @@ def precision_threshold(scores: np.ndarray, positive: np.ndarray, precision: flo
     Returns (threshold, achieved precision, support); (1.0, nan, 0) when none qualifies
     (skip only identical observations).
     """
-    s = np.asarray(scores, dtype=np.float64)
-    pos = np.asarray(positive, dtype=bool)
-    order = np.argsort(-s, kind="stable")
-    s, pos = s[order], pos[order]
-    hits = np.cumsum(pos)
     best = (1.0, float("nan"), 0)
-    for i in range(len(s)):
-        if i + 1 < len(s) and s[i + 1] == s[i]:
-            continue  # a threshold includes all ties
-        support, prec = i + 1, hits[i] / (i + 1)
+    for threshold, prec, support in _threshold_curve(scores, positive):
         if support >= min_support and prec >= precision:
-            best = (float(s[i]), float(prec), int(support))
+            best = (threshold, prec, support)
     return best
 
 
@@ -142,21 +150,13 @@ def best_precision(scores: np.ndarray, positive: np.ndarray,
                    min_support: int) -> tuple[float, float, int]:
     """(precision, threshold, support) of the most precise threshold with >= ``min_support`` steps.
 
-    What the data allows when no threshold reaches the wanted precision; ties as in
-    :func:`precision_threshold`. (nan, 1.0, 0) when there are fewer than ``min_support`` scores.
+    What the data allows when no threshold reaches the wanted precision. (nan, 1.0, 0) when
+    there are fewer than ``min_support`` scores.
     """
-    s = np.asarray(scores, dtype=np.float64)
-    pos = np.asarray(positive, dtype=bool)
-    order = np.argsort(-s, kind="stable")
-    s, pos = s[order], pos[order]
-    hits = np.cumsum(pos)
     best = (float("nan"), 1.0, 0)
-    for i in range(min_support - 1, len(s)):
-        if i + 1 < len(s) and s[i + 1] == s[i]:
-            continue
-        prec = hits[i] / (i + 1)
-        if not prec <= best[0]:  # the first, or more precise
-            best = (float(prec), float(s[i]), i + 1)
+    for threshold, prec, support in _threshold_curve(scores, positive):
+        if support >= min_support and not prec <= best[0]:  # the first, or more precise
+            best = (prec, threshold, support)
     return best
 
 
@@ -270,14 +270,14 @@ def calibrate(samples: dict, config: CalibrationConfig | None = None,
     router_t = youden_threshold(samples["fused"][has], passed)
     notes = []
     if not support:
+        note = (f"no similarity reached precision {cfg.precision} with {cfg.min_support} steps: "
+                f"skip only identical observations")
         reached, at, at_support = best_precision(score, passed, cfg.min_support)
-        notes.append(f"no similarity reached precision {cfg.precision} with {cfg.min_support} "
-                     f"steps: skip only identical observations (the most precise threshold, "
-                     f"similarity >= {at:.4f}, had precision {reached:.2f} over {at_support} "
-                     f"steps; {float(np.mean(passed)):.2f} of all held-out drafts pass)"
-                     if at_support else
-                     f"no similarity reached precision {cfg.precision} with {cfg.min_support} "
-                     f"steps: skip only identical observations")
+        if at_support:
+            note += (f" (the most precise threshold, similarity >= {at:.4f}, had precision "
+                     f"{reached:.2f} over {at_support} steps; {float(np.mean(passed)):.2f} of "
+                     f"all held-out drafts pass)")
+        notes.append(note)
     return VerifySkipCalibration(
         skip_threshold=skip_t, router_threshold=min(1.0, max(0.0, router_t)),
         precision_target=cfg.precision,
