@@ -78,17 +78,17 @@ def test_batched_loss_matches_single_sample_decode_path(config):
     with torch.no_grad():
         # Batch of two prompts of different lengths: padding must not change sample i.
         other = len(cache.actions) - 1
-        loss, _ = action_loss(vla, cache.images[[i, other]],
-                                    [trainer.prompts[cache.episode[i]],
-                                     trainer.prompts[cache.episode[other]]],
-                                    trainer.bins[[i, other]], cache.proprio[[i, other]])
+        loss = action_loss(vla, cache.images[[i, other]],
+                           [trainer.prompts[cache.episode[i]],
+                            trainer.prompts[cache.episode[other]]],
+                           trainer.bins[[i, other]], cache.proprio[[i, other]]).loss
         result = ActionDecoder(vla).decode(obs)
     assert torch.isfinite(loss)
     # Teacher forcing with the greedy tokens reproduces the greedy decode: compare the
     # per-position argmax of the batched path fed with the decoded bins.
     with torch.no_grad():
-        _, predicted = action_loss(vla, cache.images[[i]], [trainer.prompts[cache.episode[i]]],
-                                   result.bins[None], cache.proprio[[i]])
+        predicted = action_loss(vla, cache.images[[i]], [trainer.prompts[cache.episode[i]]],
+                                result.bins[None], cache.proprio[[i]]).predicted
     assert predicted[0].tolist() == list(result.bins)
 
 

@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -174,6 +175,9 @@ class VLATrainConfig:
             is always trained one-hot. Validation loss is always the one-hot cross-entropy.
         aux_weight: weight of the auxiliary vision objective (``vision_pretraining.py``)
             added to the action loss; 0 = none.
+        subgoal_weight: weight of the auxiliary subgoal objective (``subgoal.py``: where the
+            hand is at the next two gripper changes, read from the decoder's last prompt
+            token, so that the instruction is used) added to the action loss; 0 = none.
         gripper_change_weight: sampling weight of the steps around a gripper change (the
             step whose label differs from the previous step's and the
             ``gripper_change_span`` - 1 steps after it) relative to all others. A gripper
@@ -194,6 +198,7 @@ class VLATrainConfig:
     seed: int = 0
     label_sigma_bins: float = 0.0
     aux_weight: float = 0.0
+    subgoal_weight: float = 0.0
     gripper_change_weight: float = 1.0
     gripper_change_span: int = 3
 
@@ -211,8 +216,10 @@ class VLATrainConfig:
         if not (math.isfinite(self.gripper_change_weight) and self.gripper_change_weight >= 1):
             raise ValueError(f"gripper_change_weight: expected a finite value >= 1, got "
                              f"{self.gripper_change_weight!r}")
-        if not self.aux_weight >= 0:
-            raise ValueError(f"aux_weight: expected >= 0, got {self.aux_weight!r}")
+        for name in ("aux_weight", "subgoal_weight"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}: expected a finite value >= 0, got {value!r}")
         if not self.label_sigma_bins >= 0:
             raise ValueError(f"label_sigma_bins: expected >= 0, got {self.label_sigma_bins!r}")
         if not 0 <= self.min_lr_ratio <= 1:
@@ -286,10 +293,18 @@ def soft_bin_targets(bins: torch.Tensor, sigma_bins: float) -> torch.Tensor:
     return soft
 
 
+class ActionLoss(NamedTuple):
+    """What :func:`action_loss` returns."""
+
+    loss: torch.Tensor            # mean cross-entropy (or soft-label loss) over the tokens
+    predicted: torch.Tensor       # (B, 7) argmax bins
+    prompt_hidden: torch.Tensor   # (B, H) last-layer hidden state at the last prompt token
+
+
 def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bins: np.ndarray,
                 proprio: np.ndarray | None = None, label_sigma_bins: float = 0.0,
-                features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean cross-entropy, (B, 7) predicted bins) of teacher-forced action tokens.
+                features: torch.Tensor | None = None) -> ActionLoss:
+    """Loss, predicted bins and prompt-end hidden state of teacher-forced action tokens.
 
     Args:
         vla: the model (its ``net`` is run with autograd).
@@ -335,7 +350,14 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
         loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
     else:
         loss = F.cross_entropy(logits.reshape(-1, N_BINS), columns.reshape(-1))
-    return loss, N_BINS - 1 - logits.argmax(-1)
+    return ActionLoss(loss, N_BINS - 1 - logits.argmax(-1), picked[:, 0])
+
+
+def _seeded(seed: int, build: Callable):
+    """``build()`` with the torch RNG seeded by ``seed`` (the global RNG is left as it was)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return build()
 
 
 class VLATrainer:
@@ -343,6 +365,7 @@ class VLATrainer:
 
     def __init__(self, vla: SmallVLA, cache: DemoCache, train_index: np.ndarray,
                  config: VLATrainConfig, stats: ActionStats, aux_head=None):
+        from heisd_ros.models.subgoal import SubgoalHead, subgoal_targets
         from heisd_ros.models.vision_pretraining import VisionAuxHead, aux_targets
 
         self.vla, self.cache, self.config = vla, cache, config
@@ -353,13 +376,22 @@ class VLATrainer:
         # The auxiliary vision objective (vision_pretraining.py), when it has a weight.
         self.aux_head = None
         if config.aux_weight > 0:
-            self.aux_head = aux_head if aux_head is not None else VisionAuxHead(vla)
+            self.aux_head = aux_head if aux_head is not None else _seeded(
+                config.seed, lambda: VisionAuxHead(vla))
             self.aux_targets = aux_targets(self.bins, cache.actions, cache.proprio,
                                            cache.episode)
+        # The auxiliary subgoal objective (subgoal.py), when it has a weight.
+        self.subgoal_head = None
+        if config.subgoal_weight > 0:
+            self.subgoal_head = _seeded(config.seed,
+                                        lambda: SubgoalHead(vla.config.hidden_size))
+            self.subgoal_targets = subgoal_targets(cache.actions[:, -1], cache.proprio[:, :3],
+                                                   cache.episode)
         vla.net.train()
         named = list(vla.net.named_parameters())
-        if self.aux_head is not None:
-            named += list(self.aux_head.named_parameters())
+        for head in (self.aux_head, self.subgoal_head):
+            if head is not None:
+                named += list(head.named_parameters())
         decay = [p for n, p in named if p.ndim >= 2]
         no_decay = [p for n, p in named if p.ndim < 2]
         self.optimizer = torch.optim.AdamW(
@@ -401,9 +433,14 @@ class VLATrainer:
             group["lr"] = lr
         self.vla.net.train()
         features = self.vla.net.vision.features(normalise_pixels(images))
-        loss, predicted = action_loss(self.vla, images, prompts, bins, proprio,
-                                      cfg.label_sigma_bins, features=features)
+        loss, predicted, hidden = action_loss(self.vla, images, prompts, bins, proprio,
+                                              cfg.label_sigma_bins, features=features)
         correct = predicted == torch.as_tensor(bins)
+        if self.subgoal_head is not None:
+            from heisd_ros.models.subgoal import subgoal_loss
+
+            loss = loss + cfg.subgoal_weight * subgoal_loss(self.subgoal_head, hidden,
+                                                            self.subgoal_targets[index])
         if self.aux_head is not None:
             from heisd_ros.models.vision_pretraining import aux_loss
 
@@ -428,13 +465,18 @@ class VLATrainer:
         """
         self.vla.net.eval()
         total, n, correct, exact = 0.0, 0, 0, 0
-        bin_error, aux_total = np.zeros(ACTION_DIM), 0.0
+        bin_error, aux_total, subgoal_total = np.zeros(ACTION_DIM), 0.0, 0.0
         for start in range(0, len(index), batch_size):
             chunk = np.asarray(index[start:start + batch_size])
             images, prompts, bins, proprio = self._batch(chunk, augment=False)
             features = self.vla.net.vision.features(normalise_pixels(images))
-            loss, predicted = action_loss(self.vla, images, prompts, bins, proprio,
-                                          features=features)
+            loss, predicted, hidden = action_loss(self.vla, images, prompts, bins, proprio,
+                                                  features=features)
+            if self.subgoal_head is not None:
+                from heisd_ros.models.subgoal import subgoal_loss
+
+                subgoal_total += float(subgoal_loss(self.subgoal_head, hidden,
+                                                    self.subgoal_targets[chunk])) * len(chunk)
             if self.aux_head is not None:
                 from heisd_ros.models.vision_pretraining import aux_loss
 
@@ -450,12 +492,16 @@ class VLATrainer:
         return {"loss": total / max(n, 1), "token_acc": correct / max(n * ACTION_DIM, 1),
                 "action_acc": exact / max(n, 1), "samples": n,
                 "bin_error": (bin_error / max(n, 1)).round(2).tolist(),
-                **({"aux_loss": aux_total / max(n, 1)} if self.aux_head is not None else {})}
+                **({"aux_loss": aux_total / max(n, 1)} if self.aux_head is not None else {}),
+                **({"subgoal_loss": subgoal_total / max(n, 1)}
+                   if self.subgoal_head is not None else {})}
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights, optimiser, step, batch RNG."""
         return {"model": self.vla.net.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "aux_head": None if self.aux_head is None else self.aux_head.state_dict(),
+                "subgoal_head": (None if self.subgoal_head is None
+                                 else self.subgoal_head.state_dict()),
                 "step": self.step, "rng": self.rng.bit_generator.state,
                 "last_loss": self.last_loss, "config": self.config.to_dict()}
 
@@ -469,6 +515,8 @@ class VLATrainer:
         self.vla.net.load_state_dict(state["model"])
         if self.aux_head is not None:
             self.aux_head.load_state_dict(state["aux_head"])
+        if self.subgoal_head is not None:
+            self.subgoal_head.load_state_dict(state["subgoal_head"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
         self.rng.bit_generator.state = state["rng"]

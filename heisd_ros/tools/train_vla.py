@@ -134,6 +134,7 @@ def train(args) -> dict:
                                 warmup_steps=args.warmup, shift_px=args.shift_px, seed=args.seed,
                                 label_sigma_bins=args.label_sigma_bins,
                                 aux_weight=args.aux_weight,
+                                subgoal_weight=args.subgoal_weight,
                                 gripper_change_weight=args.gripper_change_weight)
         if init is not None:
             vla = init
@@ -261,6 +262,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--aux-weight", type=float, default=0.0,
                         help="weight of the auxiliary vision objective next to the action "
                              "tokens (future EE displacement etc.); 0 = none")
+    parser.add_argument("--subgoal-weight", type=float, default=0.0,
+                        help="weight of the auxiliary subgoal objective: from the decoder's "
+                             "last prompt token, where the hand is at the next two gripper "
+                             "changes (teaches the model to use the instruction); 0 = none")
     parser.add_argument("--pretrain-vision-steps", type=int, default=0,
                         help="first train the vision encoder on the auxiliary objective alone "
                              "for this many steps (needs --aux-weight > 0)")

@@ -1,0 +1,132 @@
+"""The auxiliary subgoal objective: its targets, and that it teaches the decoder the instruction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from heisd_ros.actions.normalization import ActionStats
+from heisd_ros.data.observation import Observation
+from heisd_ros.models.small_vla import SmallVLA
+from heisd_ros.models.subgoal import CLIP, N_TARGETS, SCALE_M, subgoal_targets
+from heisd_ros.models.vla_training import DemoCache, VLATrainConfig, VLATrainer, split_episodes
+from test.test_vla_training import TINY_STEM
+
+
+def test_targets_point_at_the_next_two_gripper_changes():
+    # One episode of 8 steps moving 1 cm per step along x; close at step 3, open at step 6.
+    position = np.zeros((8, 3), np.float32)
+    position[:, 0] = 0.01 * np.arange(8)
+    gripper = np.array([0, 0, 0, 1, 1, 1, 0, 0], np.float32)
+    targets = subgoal_targets(gripper, position, np.zeros(8, int)) * SCALE_M
+    assert targets.shape == (8, N_TARGETS)
+    # Step 0: next changes at steps 3 and 6.
+    np.testing.assert_allclose(targets[0], [0.03, 0, 0, 0.06, 0, 0], atol=1e-6)
+    # Step 3 (the grasp itself): the release at 6, then the episode's last step 7.
+    np.testing.assert_allclose(targets[3], [0.03, 0, 0, 0.04, 0, 0], atol=1e-6)
+    # After the last change both point at the last step; the last step points at itself.
+    np.testing.assert_allclose(targets[6], [0.01, 0, 0, 0.01, 0, 0], atol=1e-6)
+    np.testing.assert_allclose(targets[7], 0, atol=1e-6)
+
+
+def test_targets_stay_inside_their_episode_and_are_clipped():
+    position = np.zeros((6, 3), np.float32)
+    position[3:, 2] = 5.0                       # a second episode far away (5 m up)
+    gripper = np.array([0, 1, 1, 1, 0, 0], np.float32)  # episode 1 starts closed
+    episode = np.array([0, 0, 0, 1, 1, 1])
+    targets = subgoal_targets(gripper, position, episode)
+    # Episode 0 never sees episode 1's positions: its changes are at step 1 only.
+    np.testing.assert_allclose(targets[:3], 0, atol=1e-6)
+    # Within episode 1 every position is the same: all zero, not 5 m.
+    np.testing.assert_allclose(targets[3:], 0, atol=1e-6)
+    far = subgoal_targets(np.array([0, 1], np.float32),
+                          np.array([[0, 0, 0], [10.0, 0, 0]], np.float32), np.zeros(2, int))
+    assert far.max() == CLIP
+
+
+def test_targets_reject_mismatched_shapes():
+    with pytest.raises(ValueError, match="subgoal_targets"):
+        subgoal_targets(np.zeros(4), np.zeros((3, 3)), np.zeros(4))
+
+
+def two_task_cache(episodes_per_task: int = 4, steps: int = 6) -> DemoCache:
+    """Same images and poses for both tasks; only the instruction says where the grasp is."""
+    rng = np.random.default_rng(0)
+    images, proprio, actions, episode, names, texts = [], [], [], [], [], []
+    for e in range(2 * episodes_per_task):
+        task = e % 2
+        images.append(np.full((steps, 2, 32, 32, 3), 128, np.uint8))
+        pose = np.zeros((steps, 7), np.float32)
+        pose[:, 2] = 0.2
+        # The hand heads left (task 0) or right (task 1) and closes at step 3.
+        pose[:, 1] = (1 if task else -1) * 0.03 * np.arange(steps)
+        pose[:3, 1] = 0.0                       # the first three poses are the same in both
+        pose[:, :3] += rng.normal(0, 1e-3, size=(steps, 3))
+        proprio.append(pose)
+        act = np.zeros((steps, 7), np.float32)
+        act[3:, 6] = 1.0
+        actions.append(act)
+        episode.append(np.full(steps, e))
+        names.append(f"suite/task{task}/{e}")
+        texts.append("go left" if task == 0 else "go right")
+    return DemoCache(np.concatenate(images), np.concatenate(proprio), np.concatenate(actions),
+                     np.concatenate(episode), names, texts, "synthetic")
+
+
+def make_trainer(cache, subgoal_weight=1.0, steps=60):
+    vla = SmallVLA.random(TINY_STEM, seed=0)
+    train_index, _ = split_episodes(cache, 1)
+    config = VLATrainConfig(steps=steps, batch_size=8, lr=3e-3, warmup_steps=2, seed=0,
+                            subgoal_weight=subgoal_weight)
+    stats = ActionStats.from_actions(cache.actions[train_index])
+    return VLATrainer(vla, cache, train_index, config, stats)
+
+
+def test_subgoal_objective_makes_the_decoder_read_the_instruction():
+    cache = two_task_cache()
+    trainer = make_trainer(cache)
+    first = np.nonzero(np.arange(len(cache.actions)) % 6 == 0)[0]  # first step of each episode
+    before = trainer.evaluate(first)["subgoal_loss"]
+    for _ in range(60):
+        trainer.train_step()
+    after = trainer.evaluate(first)["subgoal_loss"]
+    assert after < 0.5 * before, (before, after)
+    # At the first step the images and poses of both tasks agree: the head's y for the grasp
+    # point can only come from the instruction.
+    trainer.vla.net.eval()
+    predicted_y = {}
+    for text in ("go left", "go right"):
+        obs = Observation(image_primary=cache.images[0, 0], image_wrist=cache.images[0, 1],
+                          instruction=text, proprio=cache.proprio[0])
+        prefix = trainer.vla.encode(obs)
+        with torch.no_grad():
+            hidden = trainer.vla.net.llm.model(inputs_embeds=prefix.embeds).last_hidden_state
+            predicted_y[text] = float(trainer.subgoal_head(hidden[:, -1])[0, 1]) * SCALE_M
+    assert predicted_y["go left"] < -0.03 < 0.03 < predicted_y["go right"], predicted_y
+
+
+def test_resume_restores_the_subgoal_head(tmp_path):
+    cache = two_task_cache()
+    straight = make_trainer(cache, steps=4)
+    for _ in range(4):
+        straight.train_step()
+    first = make_trainer(cache, steps=4)
+    for _ in range(2):
+        first.train_step()
+    torch.save(first.state_dict(), tmp_path / "state.pt")
+    resumed = make_trainer(cache, steps=4)
+    resumed.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=False))
+    for _ in range(2):
+        resumed.train_step()
+    for a, b in zip(straight.subgoal_head.parameters(), resumed.subgoal_head.parameters(),
+                    strict=True):
+        assert torch.equal(a, b)
+
+
+def test_no_weight_no_head():
+    trainer = make_trainer(two_task_cache(), subgoal_weight=0.0)
+    assert trainer.subgoal_head is None
+    assert "subgoal_loss" not in trainer.evaluate(np.arange(6))
+    with pytest.raises(ValueError, match="subgoal_weight"):
+        VLATrainConfig(subgoal_weight=float("nan"))
