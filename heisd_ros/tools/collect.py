@@ -65,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "it starts moving at once (0 = from rest, the first datasets' expert)")
     parser.add_argument("--gripper-lead-steps", type=int, default=expert.gripper_lead_steps,
                         help="expert: steps before the tool arrives at which the gripper "
-                             "command changes (0 = on arrival, the first datasets' expert; "
-                             "2 = the expert of demos_kick2/kick3)")
+                             "command changes (0 = on arrival); a dataset's summary.json "
+                             "records the value each run used")
     parser.add_argument("--grasp-wait-steps", type=int, default=expert.grasp_wait_steps,
                         help="expert: steps it holds still after closing the gripper "
                              "(the first datasets' expert: 5)")
