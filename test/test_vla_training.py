@@ -33,6 +33,12 @@ TINY_STEM = SmallVLAConfig(image_size_px=32, patch_size_px=16, vision_dim=32, vi
                            hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                            proprio_dim=7, proprio_features="pose", stem_channels=8)
 
+# The stem conditioned on the instruction words (FiLM).
+TINY_FILM = SmallVLAConfig(image_size_px=32, patch_size_px=16, vision_dim=32, vision_heads=2,
+                           hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                           proprio_dim=7, proprio_features="pose", stem_channels=8,
+                           instruction_film=16)
+
 
 def synthetic_cache(n_episodes: int = 4, steps: int = 6, seed: int = 0) -> DemoCache:
     """Episodes of two "tasks" whose action depends on the image brightness."""
@@ -64,12 +70,20 @@ def make_trainer(cache: DemoCache, steps: int = 30, config=TINY) -> VLATrainer:
     return VLATrainer(vla, cache, train_index, config, stats)
 
 
-@pytest.mark.parametrize("config", [TINY, TINY_STEM], ids=["patch", "stem"])
+def words_of(trainer: VLATrainer, steps: list[int]):
+    """The instruction word ids of demonstration ``steps`` (None without FiLM)."""
+    return trainer._batch(np.asarray(steps), augment=False).words
+
+
+@pytest.mark.parametrize("config", [TINY, TINY_STEM, TINY_FILM], ids=["patch", "stem", "film"])
 def test_batched_loss_matches_single_sample_decode_path(config):
     cache = synthetic_cache()
     trainer = make_trainer(cache, config=config)
     vla = trainer.vla
     vla.net.eval()
+    if vla.net.vision.film is not None:
+        with torch.no_grad():  # FiLM starts as identity; make it matter for this test
+            vla.net.vision.film.mlp[-1].weight.normal_(0.0, 0.5)
     i = 3
     obs = Observation(image_primary=np.ascontiguousarray(cache.images[i, 0]),
                       image_wrist=np.ascontiguousarray(cache.images[i, 1]),
@@ -81,14 +95,16 @@ def test_batched_loss_matches_single_sample_decode_path(config):
         loss = action_loss(vla, cache.images[[i, other]],
                            [trainer.prompts[cache.episode[i]],
                             trainer.prompts[cache.episode[other]]],
-                           trainer.bins[[i, other]], cache.proprio[[i, other]]).loss
+                           trainer.bins[[i, other]], cache.proprio[[i, other]],
+                           words=words_of(trainer, [i, other])).loss
         result = ActionDecoder(vla).decode(obs)
     assert torch.isfinite(loss)
     # Teacher forcing with the greedy tokens reproduces the greedy decode: compare the
     # per-position argmax of the batched path fed with the decoded bins.
     with torch.no_grad():
         predicted = action_loss(vla, cache.images[[i]], [trainer.prompts[cache.episode[i]]],
-                                result.bins[None], cache.proprio[[i]]).predicted
+                                result.bins[None], cache.proprio[[i]],
+                                words=words_of(trainer, [i])).predicted
     assert predicted[0].tolist() == list(result.bins)
 
 

@@ -111,7 +111,9 @@ class SmallVLA(TargetVLA):
         wrist = observation.image_wrist
         if wrist is None:
             wrist = np.zeros_like(observation.image_primary)
-        tokens, pooled = self.net.vision(self.net.vision.pixels([observation.image_primary, wrist]))
+        vision = self.net.vision
+        tokens, pooled = vision(vision.pixels([observation.image_primary, wrist]),
+                                vision.word_ids([observation.instruction]))
         ids = self.prompt_ids(observation.instruction)
         text = self.embed(ids)
         parts = [text[:, :1], tokens.to(text.dtype)]
@@ -128,6 +130,27 @@ class SmallVLA(TargetVLA):
             raise ValueError(f"proprio: the model expects {dim} values, got "
                              f"{observation.proprio.shape[0]}")
         return torch.as_tensor(observation.proprio, device=self.device, dtype=torch.float32)
+
+    def with_instruction_film(self, width: int) -> SmallVLA:
+        """A copy whose vision stem is conditioned on the instruction (``instruction_film``).
+
+        Every existing weight is kept; the new FiLM module starts as identity, so the copy
+        decodes exactly like this model until it is trained. Keeps ``action_stats``.
+        """
+        import dataclasses
+
+        if self.config.instruction_film:
+            raise ValueError(f"with_instruction_film: the model already has instruction FiLM "
+                             f"(width {self.config.instruction_film})")
+        config = dataclasses.replace(self.config, instruction_film=width)
+        net = SmallVLANet(config).to(next(self.net.parameters()).dtype)
+        missing, unexpected = net.load_state_dict(self.net.state_dict(), strict=False)
+        if unexpected or any(not key.startswith("vision.film.") for key in missing):
+            raise ValueError(f"with_instruction_film: state dicts differ beyond the FiLM "
+                             f"module (missing {missing}, unexpected {unexpected})")
+        copy = SmallVLA(net)
+        copy.action_stats = getattr(self, "action_stats", None)
+        return copy
 
     def to(self, device=None, dtype=None) -> SmallVLA:
         """Move/cast all weights; returns self."""

@@ -12,7 +12,7 @@ PROPRIO_FEATURES = ("raw", "pose")
 POSE_PROPRIO_DIM = 7
 _POSITIVE_INTS = ("image_size_px", "patch_size_px", "vision_dim", "vision_heads",
                   "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                  "max_instruction_bytes", "max_position_embeddings")
+                  "instruction_buckets", "max_instruction_bytes", "max_position_embeddings")
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,10 @@ class SmallVLAConfig:
             convolutional stem of this width (4x4 stride-4 patchify, a stride-2 convolution,
             then a patch_size_px / 8 strided projection), which localises small objects far better
             at low resolution. patch_size_px must then be a multiple of 8.
+        instruction_film: 0 = the vision encoder does not see the instruction; > 0 = the
+            width of the instruction-word embedding whose FiLM scales and shifts the
+            convolutional stem (``vision.py``; needs stem_channels).
+        instruction_buckets: hash buckets of the instruction words (with instruction_film).
         max_instruction_bytes: longer instructions are cut (UTF-8 bytes).
         max_position_embeddings: upper bound on prompt + action length.
         attn_implementation: "eager" or "sdpa" (must honour a 4D tree mask).
@@ -56,6 +60,8 @@ class SmallVLAConfig:
     proprio_dim: int = 0
     proprio_features: str = "raw"
     stem_channels: int = 0
+    instruction_film: int = 0
+    instruction_buckets: int = 1024
     max_instruction_bytes: int = 48
     max_position_embeddings: int = 256
     attn_implementation: str = "eager"
@@ -77,6 +83,12 @@ class SmallVLAConfig:
                              f"(x, y, z, roll, pitch, yaw, gripper), got {self.proprio_dim}")
         if not isinstance(self.stem_channels, int) or self.stem_channels < 0:
             raise ValueError(f"stem_channels: expected an int >= 0, got {self.stem_channels!r}")
+        if not isinstance(self.instruction_film, int) or self.instruction_film < 0:
+            raise ValueError(f"instruction_film: expected an int >= 0, got "
+                             f"{self.instruction_film!r}")
+        if self.instruction_film and not self.stem_channels:
+            raise ValueError("instruction_film: FiLM modulates the convolutional stem; set "
+                             "stem_channels > 0")
         if self.stem_channels and self.patch_size_px % 8:
             raise ValueError(f"patch_size_px: the convolutional stem needs a multiple of 8, "
                              f"got {self.patch_size_px}")

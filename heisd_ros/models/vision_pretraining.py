@@ -107,9 +107,9 @@ def pretrain_vision(trainer, steps: int, batch_size: int, lr: float,
         for group in optimizer.param_groups:
             group["lr"] = lr * warm * 0.5 * (1 + math.cos(math.pi * step / max(1, steps)))
         index = trainer.rng.choice(trainer.train_index, size=batch_size, replace=False)
-        images, _, _, proprio = trainer._batch(index, augment=True)
-        features = vla.net.vision.features(normalise_pixels(images))
-        loss = aux_loss(head, features, proprio, trainer.aux_targets[index])
+        batch = trainer._batch(index, augment=True)
+        features = vla.net.vision.features(normalise_pixels(batch.images), batch.words)
+        loss = aux_loss(head, features, batch.proprio, trainer.aux_targets[index])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

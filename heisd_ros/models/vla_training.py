@@ -259,14 +259,16 @@ def gripper_change_steps(gripper: np.ndarray, episode: np.ndarray, span: int) ->
     return marked
 
 
-def encode_images(vla: SmallVLA, pixels: torch.Tensor) -> torch.Tensor:
+def encode_images(vla: SmallVLA, pixels: torch.Tensor,
+                  words: torch.Tensor | None = None) -> torch.Tensor:
     """(B, 2, 3, S, S) normalised pixels -> (B, 2 * patches, H) vision tokens.
 
-    The batched twin of ``TwoCameraEncoder.forward`` (same modules, same order).
+    The batched twin of ``TwoCameraEncoder.forward`` (same modules, same order); ``words``
+    are the instructions' ids from ``TwoCameraEncoder.word_ids`` (needed with FiLM).
     """
     vision = vla.net.vision
-    return vision.projector(vision.features(pixels)).reshape(pixels.shape[0], -1,
-                                                             vla.config.hidden_size)
+    return vision.projector(vision.features(pixels, words)).reshape(pixels.shape[0], -1,
+                                                                    vla.config.hidden_size)
 
 
 def normalise_pixels(images: np.ndarray) -> torch.Tensor:
@@ -303,7 +305,8 @@ class ActionLoss(NamedTuple):
 
 def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bins: np.ndarray,
                 proprio: np.ndarray | None = None, label_sigma_bins: float = 0.0,
-                features: torch.Tensor | None = None) -> ActionLoss:
+                features: torch.Tensor | None = None,
+                words: torch.Tensor | None = None) -> ActionLoss:
     """Loss, predicted bins and prompt-end hidden state of teacher-forced action tokens.
 
     Args:
@@ -314,11 +317,13 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
         proprio: (B, proprio_dim) float, used when the model has a proprio token.
         label_sigma_bins: soft-label width (see ``soft_bin_targets``); 0 = cross-entropy.
         features: ``TwoCameraEncoder.features`` of ``images`` if the caller has them already.
+        words: ``TwoCameraEncoder.word_ids`` of the instructions (with instruction FiLM and
+            no ``features``).
     """
     net, actions = vla.net, vla.actions
     emb = net.llm.get_input_embeddings()
     if features is None:
-        vision = encode_images(vla, normalise_pixels(images))
+        vision = encode_images(vla, normalise_pixels(images), words)
     else:
         vision = net.vision.projector(features).reshape(len(prompts), -1, vla.config.hidden_size)
     vision = vision.to(emb.weight.dtype)
@@ -353,6 +358,16 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
     return ActionLoss(loss, N_BINS - 1 - logits.argmax(-1), picked[:, 0])
 
 
+class Batch(NamedTuple):
+    """One training batch (``VLATrainer._batch``)."""
+
+    images: np.ndarray                 # (B, 2, S, S, 3) uint8
+    prompts: list[list[int]]           # bos + text ids per sample
+    bins: np.ndarray                   # (B, 7) expert bins
+    proprio: np.ndarray                # (B, 7)
+    words: torch.Tensor | None         # (B, W) instruction word ids; None without FiLM
+
+
 def _seeded(seed: int, build: Callable):
     """``build()`` with the torch RNG seeded by ``seed`` (the global RNG is left as it was)."""
     with torch.random.fork_rng():
@@ -373,6 +388,7 @@ class VLATrainer:
         self.codec = ActionCodec(stats)
         self.bins = np.stack([self.codec.encode(a) for a in cache.actions])
         self.prompts = [vla.prompt_ids(text) for text in cache.episode_instructions]
+        self.words = vla.net.vision.word_ids(list(cache.episode_instructions))  # None w/o FiLM
         # The auxiliary vision objective (vision_pretraining.py), when it has a weight.
         self.aux_head = None
         if config.aux_weight > 0:
@@ -419,20 +435,22 @@ class VLATrainer:
             images = np.stack([[padded[i, c, dy:dy + s, dx:dx + s]
                                 for c, (dy, dx) in enumerate(offsets[i])]
                                for i in range(len(index))])
-        prompts = [self.prompts[e] for e in self.cache.episode[index]]
-        return images, prompts, self.bins[index], self.cache.proprio[index]
+        episodes = self.cache.episode[index]
+        prompts = [self.prompts[e] for e in episodes]
+        words = None if self.words is None else self.words[torch.as_tensor(episodes)]
+        return Batch(images, prompts, self.bins[index], self.cache.proprio[index], words)
 
     def train_step(self) -> dict:
         """One optimiser step on a random batch; returns loss, accuracy and lr."""
         cfg = self.config
         index = self.rng.choice(self.train_index, size=cfg.batch_size, replace=False,
                                 p=self.sample_p)
-        images, prompts, bins, proprio = self._batch(index, augment=True)
+        images, prompts, bins, proprio, words = self._batch(index, augment=True)
         lr = cfg.lr * cfg.lr_factor(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.vla.net.train()
-        features = self.vla.net.vision.features(normalise_pixels(images))
+        features = self.vla.net.vision.features(normalise_pixels(images), words)
         loss, predicted, hidden = action_loss(self.vla, images, prompts, bins, proprio,
                                               cfg.label_sigma_bins, features=features)
         correct = predicted == torch.as_tensor(bins)
@@ -468,8 +486,8 @@ class VLATrainer:
         bin_error, aux_total, subgoal_total = np.zeros(ACTION_DIM), 0.0, 0.0
         for start in range(0, len(index), batch_size):
             chunk = np.asarray(index[start:start + batch_size])
-            images, prompts, bins, proprio = self._batch(chunk, augment=False)
-            features = self.vla.net.vision.features(normalise_pixels(images))
+            images, prompts, bins, proprio, words = self._batch(chunk, augment=False)
+            features = self.vla.net.vision.features(normalise_pixels(images), words)
             loss, predicted, hidden = action_loss(self.vla, images, prompts, bins, proprio,
                                                   features=features)
             if self.subgoal_head is not None:

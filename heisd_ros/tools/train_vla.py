@@ -104,7 +104,7 @@ def train(args) -> dict:
         num_layers=args.layers, hidden_size=args.hidden, intermediate_size=args.intermediate,
         num_heads=args.heads, vision_dim=args.vision_dim, vision_layers=args.vision_layers,
         image_size_px=args.image_size, patch_size_px=args.patch_size,
-        stem_channels=args.stem_channels,
+        stem_channels=args.stem_channels, instruction_film=args.instruction_film,
         proprio_dim=7 if args.proprio else 0, proprio_features="pose" if args.proprio else "raw")
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     command = "heisd-train-vla " + " ".join(shlex.quote(a) for a in args.argv)
@@ -118,6 +118,9 @@ def train(args) -> dict:
         if init is not None:
             if init.action_stats is None:
                 raise ValueError(f"--init-from: {args.init_from} has no action statistics")
+            if args.instruction_film and init.config.instruction_film != args.instruction_film:
+                # Adds the FiLM module (identity at first) to a model trained without it.
+                init = init.with_instruction_film(args.instruction_film)
             model_config = init.config
         cache_path = Path(args.cache) if args.cache else out / \
             f"demo_cache_{model_config.image_size_px}.npz"
@@ -271,6 +274,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "for this many steps (needs --aux-weight > 0)")
     parser.add_argument("--pretrain-batch-size", type=int, default=64)
     parser.add_argument("--pretrain-lr", type=float, default=1e-3)
+    parser.add_argument("--instruction-film", type=int, default=d.instruction_film,
+                        help="width of the instruction-word embedding that conditions the "
+                             "vision stem (FiLM); 0 = none. With --init-from a model without "
+                             "it, the module is added as identity and trained")
     parser.add_argument("--vision-layers", type=int, default=d.vision_layers)
     parser.add_argument("--image-size", type=int, default=d.image_size_px,
                         help="camera images are resized to this many pixels square")
