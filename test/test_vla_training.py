@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -328,3 +329,29 @@ def test_command_line_fine_tunes_from_a_checkpoint_keeping_its_bins(tmp_path):
                 [*init, "--action-quantile", "0.001"]):
         with pytest.raises(SystemExit):
             train_vla.main(common + ["--out", str(tmp_path / "d"), *bad])
+
+
+def test_command_line_adds_instruction_film_and_the_subgoal_objective(tmp_path):
+    from heisd_ros.tools import train_vla
+
+    write_npz_demos(tmp_path / "demos")
+    common = ["--demos", str(tmp_path / "demos"), "--batch-size", "4", "--val-every", "1",
+              "--warmup", "1", "--eval-episodes", "0", "--quiet", "--threads", "1",
+              "--steps", "2"]
+    assert train_vla.main(common + ["--out", str(tmp_path / "a"), "--layers", "1", "--hidden",
+                                    "32", "--intermediate", "64", "--heads", "2",
+                                    "--vision-dim", "32", "--stem-channels", "8"]) == 0
+    base = load_small_vla(tmp_path / "a" / "small_vla.safetensors")
+    assert base.config.instruction_film == 0
+    # The fine-tune keeps the base's sizes (no need to repeat them) and adds the FiLM.
+    assert train_vla.main(common + ["--out", str(tmp_path / "b"), "--init-from",
+                                    str(tmp_path / "a" / "small_vla.safetensors"),
+                                    "--instruction-film", "16", "--subgoal-weight", "2"]) == 0
+    tuned = load_small_vla(tmp_path / "b" / "small_vla.safetensors")
+    assert tuned.config == dataclasses.replace(base.config, instruction_film=16)
+    assert tuned.action_stats.to_json() == base.action_stats.to_json()
+    film = tuned.net.vision.film.mlp[-1].weight
+    assert film.abs().sum() > 0                      # trained away from its zero start
+    card = json.loads((tmp_path / "b" / "card.json").read_text())
+    assert card["training"]["subgoal_weight"] == 2.0
+    assert "subgoal_loss" in card["final_validation"]

@@ -100,7 +100,8 @@ def train(args) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     state_path, model_path, card_path = (out / "train_state.pt", out / "small_vla.safetensors",
                                          out / "card.json")
-    model_config = SmallVLAConfig(
+    # A fine-tuned model keeps the config of the model it starts from (read below).
+    model_config = None if args.init_from else SmallVLAConfig(
         num_layers=args.layers, hidden_size=args.hidden, intermediate_size=args.intermediate,
         num_heads=args.heads, vision_dim=args.vision_dim, vision_layers=args.vision_layers,
         image_size_px=args.image_size, patch_size_px=args.patch_size,
