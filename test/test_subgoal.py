@@ -130,3 +130,20 @@ def test_no_weight_no_head():
     assert "subgoal_loss" not in trainer.evaluate(np.arange(6))
     with pytest.raises(ValueError, match="subgoal_weight"):
         VLATrainConfig(subgoal_weight=float("nan"))
+
+
+def test_vision_objective_can_carry_the_subgoals():
+    from heisd_ros.models.subgoal import subgoal_targets as targets_of
+    from heisd_ros.models.vision_pretraining import N_TARGETS as N_VISION
+
+    cache = two_task_cache()
+    vla = SmallVLA.random(TINY_STEM, seed=0).with_instruction_film(8)
+    train_index, _ = split_episodes(cache, 1)
+    config = VLATrainConfig(steps=2, batch_size=4, seed=0, aux_weight=1.0, aux_subgoals=True)
+    trainer = VLATrainer(vla, cache, train_index, config,
+                         ActionStats.from_actions(cache.actions[train_index]))
+    assert trainer.aux_targets.shape == (len(cache.actions), N_VISION + N_TARGETS)
+    np.testing.assert_array_equal(trainer.aux_targets[:, N_VISION:], targets_of(
+        cache.actions[:, -1], cache.proprio[:, :3], cache.episode))
+    trainer.train_step()
+    assert np.isfinite(trainer.evaluate(np.arange(6))["aux_loss"])

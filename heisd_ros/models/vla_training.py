@@ -175,6 +175,9 @@ class VLATrainConfig:
             is always trained one-hot. Validation loss is always the one-hot cross-entropy.
         aux_weight: weight of the auxiliary vision objective (``vision_pretraining.py``)
             added to the action loss; 0 = none.
+        aux_subgoals: the auxiliary vision objective also regresses the subgoal targets
+            (``subgoal.py``) from the patch features; meant for an encoder with
+            instruction FiLM, which can then learn to find the named object.
         subgoal_weight: weight of the auxiliary subgoal objective (``subgoal.py``: where the
             hand is at the next two gripper changes, read from the decoder's last prompt
             token, so that the instruction is used) added to the action loss; 0 = none.
@@ -198,6 +201,7 @@ class VLATrainConfig:
     seed: int = 0
     label_sigma_bins: float = 0.0
     aux_weight: float = 0.0
+    aux_subgoals: bool = False
     subgoal_weight: float = 0.0
     gripper_change_weight: float = 1.0
     gripper_change_span: int = 3
@@ -392,10 +396,14 @@ class VLATrainer:
         # The auxiliary vision objective (vision_pretraining.py), when it has a weight.
         self.aux_head = None
         if config.aux_weight > 0:
-            self.aux_head = aux_head if aux_head is not None else _seeded(
-                config.seed, lambda: VisionAuxHead(vla))
             self.aux_targets = aux_targets(self.bins, cache.actions, cache.proprio,
                                            cache.episode)
+            if config.aux_subgoals:
+                self.aux_targets = np.concatenate([self.aux_targets, subgoal_targets(
+                    cache.actions[:, -1], cache.proprio[:, :3], cache.episode)], axis=1)
+            width = self.aux_targets.shape[1]
+            self.aux_head = aux_head if aux_head is not None else _seeded(
+                config.seed, lambda: VisionAuxHead(vla, width))
         # The auxiliary subgoal objective (subgoal.py), when it has a weight.
         self.subgoal_head = None
         if config.subgoal_weight > 0:

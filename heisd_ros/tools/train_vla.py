@@ -139,6 +139,7 @@ def train(args) -> dict:
                                 label_sigma_bins=args.label_sigma_bins,
                                 aux_weight=args.aux_weight,
                                 subgoal_weight=args.subgoal_weight,
+                                aux_subgoals=args.aux_subgoals,
                                 gripper_change_weight=args.gripper_change_weight)
         if init is not None:
             vla = init
@@ -270,6 +271,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="weight of the auxiliary subgoal objective: from the decoder's "
                              "last prompt token, where the hand is at the next two gripper "
                              "changes (teaches the model to use the instruction); 0 = none")
+    parser.add_argument("--aux-subgoals", action="store_true",
+                        help="the auxiliary vision objective also regresses the subgoal "
+                             "targets (with --instruction-film: the encoder learns to find "
+                             "the named object)")
     parser.add_argument("--pretrain-vision-steps", type=int, default=0,
                         help="first train the vision encoder on the auxiliary objective alone "
                              "for this many steps (needs --aux-weight > 0)")
