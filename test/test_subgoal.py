@@ -147,3 +147,34 @@ def test_vision_objective_can_carry_the_subgoals():
         cache.actions[:, -1], cache.proprio[:, :3], cache.episode))
     trainer.train_step()
     assert np.isfinite(trainer.evaluate(np.arange(6))["aux_loss"])
+
+
+def test_steps_before_the_first_grasp():
+    from heisd_ros.models.subgoal import before_first_grasp
+
+    gripper = np.array([0, 0, 1, 0, 1, 0, 0, 0, 1, 1, 0])
+    episode = np.array([0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2])
+    # Episode 0 closes at step 2 (its re-close later does not count); episode 1 never closes;
+    # episode 2 starts closed.
+    assert before_first_grasp(gripper, episode).tolist() == [
+        True, True, False, False, False, True, True, True, False, False, False]
+
+
+def test_pretraining_draws_from_the_chosen_suites_before_the_grasp():
+    from heisd_ros.tools.train_vla import pretraining_steps
+
+    cache = two_task_cache()
+    cache.episode_names[0] = "other/task0/0"                 # a 2nd suite, 2 episodes
+    cache.episode_names[2] = "other/task0/2"
+    vla = SmallVLA.random(TINY_STEM, seed=0).with_instruction_film(8)
+    train_index, _ = split_episodes(cache, 1)
+    trainer = VLATrainer(vla, cache, train_index,
+                         VLATrainConfig(steps=1, batch_size=4, aux_weight=1.0, aux_subgoals=True),
+                         ActionStats.from_actions(cache.actions[train_index]))
+    pool = pretraining_steps(trainer, ["suite"], before_grasp=True)
+    assert set(cache.episode[pool]) == set(cache.episode[train_index]) - {0, 2}
+    assert 0 in set(cache.episode[train_index])
+    assert set(pool % 6) == {0, 1, 2}                     # each episode closes at its step 3
+    assert len(pretraining_steps(trainer, None, before_grasp=False)) == len(train_index)
+    with pytest.raises(ValueError, match="'other', 'suite'"):
+        pretraining_steps(trainer, ["piper_object"], before_grasp=False)

@@ -346,7 +346,10 @@ def test_command_line_adds_instruction_film_and_the_subgoal_objective(tmp_path):
     # The fine-tune keeps the base's sizes (no need to repeat them) and adds the FiLM.
     assert train_vla.main(common + ["--out", str(tmp_path / "b"), "--init-from",
                                     str(tmp_path / "a" / "small_vla.safetensors"),
-                                    "--instruction-film", "16", "--subgoal-weight", "2"]) == 0
+                                    "--instruction-film", "16", "--subgoal-weight", "2",
+                                    "--aux-weight", "1", "--aux-subgoals",
+                                    "--pretrain-vision-steps", "2", "--pretrain-batch-size", "4",
+                                    "--pretrain-suites", "suite", "--pretrain-before-grasp"]) == 0
     tuned = load_small_vla(tmp_path / "b" / "small_vla.safetensors")
     assert tuned.config == dataclasses.replace(base.config, instruction_film=16)
     assert tuned.action_stats.to_json() == base.action_stats.to_json()
@@ -355,3 +358,7 @@ def test_command_line_adds_instruction_film_and_the_subgoal_objective(tmp_path):
     card = json.loads((tmp_path / "b" / "card.json").read_text())
     assert card["training"]["subgoal_weight"] == 2.0
     assert "subgoal_loss" in card["final_validation"]
+    # The demos never close the gripper: every training step is before the grasp.
+    stage = card["vision_pretraining"]
+    assert stage["suites"] == ["suite"] and stage["before_grasp_only"]
+    assert stage["pool_steps"] == card["data"]["train_steps"]

@@ -69,6 +69,22 @@ def subgoal_targets(gripper: np.ndarray, position_m: np.ndarray,
     return np.clip(targets / SCALE_M, -CLIP, CLIP)
 
 
+def before_first_grasp(gripper: np.ndarray, episode: np.ndarray) -> np.ndarray:
+    """(N,) bool: the steps of each episode before its first closing gripper command.
+
+    There the first subgoal is the grasp point of the object to pick: the steps that need the
+    instruction to be read (every step of an episode that never closes).
+    """
+    closed = np.asarray(gripper, np.float32) >= 0.5
+    episode = np.asarray(episode)
+    mask = np.zeros(len(closed), bool)
+    starts = np.r_[0, np.nonzero(np.diff(episode))[0] + 1]
+    for start, end in zip(starts, np.r_[starts[1:], len(closed)], strict=True):
+        shut = np.nonzero(closed[start:end])[0]
+        mask[start:start + (shut[0] if len(shut) else end - start)] = True
+    return mask
+
+
 class SubgoalHead(nn.Module):
     """Decoder hidden state at the last prompt token -> the subgoal targets."""
 

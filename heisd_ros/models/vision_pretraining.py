@@ -90,11 +90,12 @@ def aux_loss(head: VisionAuxHead, features: torch.Tensor, proprio: np.ndarray,
 
 
 def pretrain_vision(trainer, steps: int, batch_size: int, lr: float,
-                    progress=None) -> list[float]:
+                    progress=None, index: np.ndarray | None = None) -> list[float]:
     """Train only the vision encoder and the auxiliary head of ``trainer`` for ``steps``.
 
     Uses the trainer's batches (same augmentation, same batch RNG, so a seeded run is
     reproducible) and its auxiliary head; AdamW with 50 warmup steps and cosine decay.
+    ``index``: the demonstration steps to draw from (default: the trainer's training steps).
     Returns the loss of every step; ``progress(loss)`` is called after each.
     """
     import math
@@ -102,6 +103,10 @@ def pretrain_vision(trainer, steps: int, batch_size: int, lr: float,
     vla, head = trainer.vla, trainer.aux_head
     if head is None:
         raise ValueError("pretrain_vision: the trainer has no auxiliary head (aux_weight 0)")
+    pool = trainer.train_index if index is None else np.asarray(index)
+    if len(pool) < batch_size:
+        raise ValueError(f"pretrain_vision: {len(pool)} steps to draw from, fewer than the "
+                         f"batch size {batch_size}")
     params = list(vla.net.vision.parameters()) + list(head.parameters())
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
     losses = []
@@ -110,10 +115,10 @@ def pretrain_vision(trainer, steps: int, batch_size: int, lr: float,
         warm = min(1.0, (step + 1) / 50)
         for group in optimizer.param_groups:
             group["lr"] = lr * warm * 0.5 * (1 + math.cos(math.pi * step / max(1, steps)))
-        index = trainer.rng.choice(trainer.train_index, size=batch_size, replace=False)
-        batch = trainer._batch(index, augment=True)
+        chosen = trainer.rng.choice(pool, size=batch_size, replace=False)
+        batch = trainer._batch(chosen, augment=True)
         features = vla.net.vision.features(normalise_pixels(batch.images), batch.words)
-        loss = aux_loss(head, features, batch.proprio, trainer.aux_targets[index])
+        loss = aux_loss(head, features, batch.proprio, trainer.aux_targets[chosen])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -217,6 +217,27 @@ def train(args) -> dict:
     return card
 
 
+def pretraining_steps(trainer, suites: list[str] | None, before_grasp: bool):
+    """The training steps the vision pretraining stage draws from (see the options)."""
+    import numpy as np
+
+    from heisd_ros.models.subgoal import before_first_grasp
+
+    cache, index = trainer.cache, trainer.train_index
+    keep = np.ones(len(index), bool)
+    if suites:
+        known = sorted({name.split("/")[0] for name in cache.episode_names})
+        unknown = sorted(set(suites) - set(known))
+        if unknown:
+            raise ValueError(f"--pretrain-suites: {unknown} not in the demonstrations; they "
+                             f"hold {known}")
+        in_suites = np.array([name.split("/")[0] in suites for name in cache.episode_names])
+        keep &= in_suites[cache.episode[index]]
+    if before_grasp:
+        keep &= before_first_grasp(cache.actions[:, -1], cache.episode)[index]
+    return index[keep]
+
+
 def run_vision_pretraining(trainer, args, val_subset) -> dict:
     """Stage 1 (``--pretrain-vision-steps``): the auxiliary objective alone; returns its record."""
     from tqdm import tqdm
@@ -225,15 +246,19 @@ def run_vision_pretraining(trainer, args, val_subset) -> dict:
 
     if trainer.aux_head is None:
         raise ValueError("--pretrain-vision-steps needs --aux-weight > 0 (the head is shared)")
+    pool = pretraining_steps(trainer, args.pretrain_suites, args.pretrain_before_grasp)
     before = trainer.evaluate(val_subset)["aux_loss"]
     started = time.perf_counter()
     with tqdm(total=args.pretrain_vision_steps, desc="vision", unit="step",
               disable=args.quiet) as bar:
         losses = pretrain_vision(trainer, args.pretrain_vision_steps, args.pretrain_batch_size,
                                  args.pretrain_lr, progress=lambda loss: (
-                                     bar.update(1), bar.set_postfix(loss=f"{loss:.4f}")))
+                                     bar.update(1), bar.set_postfix(loss=f"{loss:.4f}")),
+                                 index=pool)
     record = {"steps": args.pretrain_vision_steps, "batch_size": args.pretrain_batch_size,
-              "lr": args.pretrain_lr, "val_aux_loss_before": before,
+              "lr": args.pretrain_lr, "suites": args.pretrain_suites or "all",
+              "before_grasp_only": args.pretrain_before_grasp, "pool_steps": int(len(pool)),
+              "val_aux_loss_before": before,
               "val_aux_loss_after": trainer.evaluate(val_subset)["aux_loss"],
               "train_aux_loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
               "wall_time_s": round(time.perf_counter() - started, 1)}
@@ -278,6 +303,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--pretrain-vision-steps", type=int, default=0,
                         help="first train the vision encoder on the auxiliary objective alone "
                              "for this many steps (needs --aux-weight > 0)")
+    parser.add_argument("--pretrain-suites", nargs="+", default=None, metavar="SUITE",
+                        help="vision pretraining draws only from these suites' episodes "
+                             "(e.g. piper_object, where the instruction names the object)")
+    parser.add_argument("--pretrain-before-grasp", action="store_true",
+                        help="vision pretraining draws only from the steps before each "
+                             "episode's first grasp (with --aux-subgoals: where is the named "
+                             "object)")
     parser.add_argument("--pretrain-batch-size", type=int, default=64)
     parser.add_argument("--pretrain-lr", type=float, default=1e-3)
     parser.add_argument("--instruction-film", type=int, default=d.instruction_film,
