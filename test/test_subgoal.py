@@ -178,3 +178,23 @@ def test_pretraining_draws_from_the_chosen_suites_before_the_grasp():
     assert len(pretraining_steps(trainer, None, before_grasp=False)) == len(train_index)
     with pytest.raises(ValueError, match="'other', 'suite'"):
         pretraining_steps(trainer, ["piper_object"], before_grasp=False)
+
+
+def test_frozen_vision_stays_as_it_was_and_the_rest_trains():
+    cache = two_task_cache()
+    vla = SmallVLA.random(TINY_STEM, seed=0).with_instruction_film(8)
+    before = {n: p.detach().clone() for n, p in vla.net.named_parameters()}
+    train_index, _ = split_episodes(cache, 1)
+    stats = ActionStats.from_actions(cache.actions[train_index])
+    trainer = VLATrainer(vla, cache, train_index,
+                         VLATrainConfig(steps=3, batch_size=4, freeze_vision=True,
+                                        subgoal_weight=1.0), stats)
+    for _ in range(3):
+        trainer.train_step()
+    for name, p in vla.net.named_parameters():
+        fixed = name.startswith("vision.") and not name.startswith("vision.projector.")
+        assert torch.equal(p, before[name]) == fixed, name
+    with pytest.raises(ValueError, match="aux_weight 0"):
+        VLATrainer(vla, cache, train_index,
+                   VLATrainConfig(steps=1, batch_size=4, freeze_vision=True, aux_weight=1.0),
+                   stats)

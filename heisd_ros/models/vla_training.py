@@ -178,6 +178,10 @@ class VLATrainConfig:
         aux_subgoals: the auxiliary vision objective also regresses the subgoal targets
             (``subgoal.py``) from the patch features; meant for an encoder with
             instruction FiLM, which can then learn to find the named object.
+        freeze_vision: keep the vision encoder (and its instruction FiLM) fixed and train the
+            projector, proprio encoder and decoder only: the decoder learns to read features
+            that an earlier stage trained (e.g. to find the named object) without the action
+            loss overwriting them.
         subgoal_weight: weight of the auxiliary subgoal objective (``subgoal.py``: where the
             hand is at the next two gripper changes, read from the decoder's last prompt
             token, so that the instruction is used) added to the action loss; 0 = none.
@@ -202,6 +206,7 @@ class VLATrainConfig:
     label_sigma_bins: float = 0.0
     aux_weight: float = 0.0
     aux_subgoals: bool = False
+    freeze_vision: bool = False
     subgoal_weight: float = 0.0
     gripper_change_weight: float = 1.0
     gripper_change_span: int = 3
@@ -413,6 +418,15 @@ class VLATrainer:
                                                    cache.episode)
         vla.net.train()
         named = list(vla.net.named_parameters())
+        if config.freeze_vision:
+            if config.aux_weight > 0:
+                raise ValueError("freeze_vision: the auxiliary vision objective would train "
+                                 "nothing but its head; set aux_weight 0")
+            frozen = {n for n, _ in named
+                      if n.startswith("vision.") and not n.startswith("vision.projector.")}
+            for n, p in named:
+                p.requires_grad_(n not in frozen)
+            named = [(n, p) for n, p in named if n not in frozen]
         for head in (self.aux_head, self.subgoal_head):
             if head is not None:
                 named += list(head.named_parameters())

@@ -140,6 +140,7 @@ def train(args) -> dict:
                                 aux_weight=args.aux_weight,
                                 subgoal_weight=args.subgoal_weight,
                                 aux_subgoals=args.aux_subgoals,
+                                freeze_vision=args.freeze_vision,
                                 gripper_change_weight=args.gripper_change_weight)
         if init is not None:
             vla = init
@@ -300,6 +301,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the auxiliary vision objective also regresses the subgoal "
                              "targets (with --instruction-film: the encoder learns to find "
                              "the named object)")
+    parser.add_argument("--freeze-vision", action="store_true",
+                        help="keep the vision encoder (and its FiLM) as the starting model "
+                             "has it; train the projector and the decoder")
     parser.add_argument("--pretrain-vision-steps", type=int, default=0,
                         help="first train the vision encoder on the auxiliary objective alone "
                              "for this many steps (needs --aux-weight > 0)")
