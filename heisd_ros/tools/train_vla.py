@@ -9,6 +9,14 @@ Examples:
         --seed 1000 --out data/demos_128 --format npz --image-size 128
     heisd-train-vla --demos data/demos_128 --out runs/vla --steps 3000 --threads 2
     heisd-train-vla --demos data/demos_128 --out runs/vla --steps 3000 --resume
+    # teach the vision stem to find the object the instruction names (instruction FiLM,
+    # subgoal targets on the steps before the first grasp), then train the decoder on it
+    heisd-train-vla --demos data/demos_128 --out runs/ground \
+        --init-from runs/vla/small_vla.safetensors --instruction-film 64 --aux-weight 1 \
+        --aux-subgoals --pretrain-vision-steps 2000 --pretrain-suites piper_object \
+        --pretrain-before-grasp --steps 1
+    heisd-train-vla --demos data/demos_128 --out runs/vla_film --freeze-vision \
+        --init-from runs/ground/small_vla.safetensors --subgoal-weight 5 --steps 3000
     # only (re-)evaluate OUT/small_vla.safetensors closed loop and update the card
     heisd-train-vla --demos data/demos_128 --out runs/vla --eval-only \
         --eval-episodes 5
