@@ -130,16 +130,11 @@ class ConvStem(nn.Module):
             nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.GroupNorm(groups, 2 * c), nn.GELU(),
             nn.Conv2d(2 * c, out_dim, kernel_size=patch_px // 8, stride=patch_px // 8))
 
-    @property
-    def film_channels(self) -> int:
-        """Channels of the stage that FiLM modulates (the second convolution's output)."""
-        return self.layers[3].out_channels
-
     def forward(self, pixels: torch.Tensor,
                 film: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Append the coordinate channels and run the stem.
 
-        ``film``: (scale, shift), each (n, ``film_channels``); the second stage's output x
+        ``film``: (scale, shift), each (n, 2 * channels); the second stage's output x
         becomes x * (1 + scale) + shift before the projection.
         """
         n, _, h, w = pixels.shape
