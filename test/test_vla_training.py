@@ -296,7 +296,11 @@ def test_gripper_changes_are_sampled_by_their_weight():
         VLATrainConfig(gripper_change_weight=0.5)
 
 
-def test_command_line_fine_tunes_from_a_checkpoint_keeping_its_bins(tmp_path):
+def cli_base_model(tmp_path, *model_options: str) -> list[str]:
+    """Tiny npz demos and a tiny model trained by the CLI into ``tmp_path / "a"``.
+
+    Returns the options the fine-tuning runs share (demos, batch, steps, quiet).
+    """
     from heisd_ros.tools import train_vla
 
     write_npz_demos(tmp_path / "demos")
@@ -305,7 +309,14 @@ def test_command_line_fine_tunes_from_a_checkpoint_keeping_its_bins(tmp_path):
               "--steps", "2"]
     assert train_vla.main(common + ["--out", str(tmp_path / "a"), "--layers", "1", "--hidden",
                                     "32", "--intermediate", "64", "--heads", "2",
-                                    "--vision-dim", "32"]) == 0
+                                    "--vision-dim", "32", *model_options]) == 0
+    return common
+
+
+def test_command_line_fine_tunes_from_a_checkpoint_keeping_its_bins(tmp_path):
+    from heisd_ros.tools import train_vla
+
+    common = cli_base_model(tmp_path)
     base = load_small_vla(tmp_path / "a" / "small_vla.safetensors")
     assert train_vla.main(common + ["--out", str(tmp_path / "b"), "--init-from",
                                     str(tmp_path / "a" / "small_vla.safetensors"),
@@ -334,13 +345,7 @@ def test_command_line_fine_tunes_from_a_checkpoint_keeping_its_bins(tmp_path):
 def test_command_line_adds_instruction_film_and_the_subgoal_objective(tmp_path):
     from heisd_ros.tools import train_vla
 
-    write_npz_demos(tmp_path / "demos")
-    common = ["--demos", str(tmp_path / "demos"), "--batch-size", "4", "--val-every", "1",
-              "--warmup", "1", "--eval-episodes", "0", "--quiet", "--threads", "1",
-              "--steps", "2"]
-    assert train_vla.main(common + ["--out", str(tmp_path / "a"), "--layers", "1", "--hidden",
-                                    "32", "--intermediate", "64", "--heads", "2",
-                                    "--vision-dim", "32", "--stem-channels", "8"]) == 0
+    common = cli_base_model(tmp_path, "--stem-channels", "8")
     base = load_small_vla(tmp_path / "a" / "small_vla.safetensors")
     assert base.config.instruction_film == 0
     # The fine-tune keeps the base's sizes (no need to repeat them) and adds the FiLM.
