@@ -29,6 +29,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from heisd_ros.models.vla_training import episode_starts
+
 SUBGOALS = 2
 SCALE_M = 0.1
 CLIP = 4.0
@@ -58,7 +60,7 @@ def subgoal_targets(gripper: np.ndarray, position_m: np.ndarray,
         raise ValueError(f"subgoal_targets: expected (N,), (N, 3), (N,) with N = {n}, got "
                          f"{gripper.shape}, {position_m.shape}, {episode.shape}")
     targets = np.zeros((n, N_TARGETS), np.float32)
-    starts = np.r_[0, np.nonzero(np.diff(episode))[0] + 1]
+    starts = episode_starts(episode)
     for start, end in zip(starts, np.r_[starts[1:], n], strict=True):
         g, p = gripper[start:end], position_m[start:end]
         changes = np.nonzero(g[1:] != g[:-1])[0] + 1            # steps whose command differs
@@ -78,7 +80,7 @@ def before_first_grasp(gripper: np.ndarray, episode: np.ndarray) -> np.ndarray:
     closed = np.asarray(gripper, np.float32) >= 0.5
     episode = np.asarray(episode)
     mask = np.zeros(len(closed), bool)
-    starts = np.r_[0, np.nonzero(np.diff(episode))[0] + 1]
+    starts = episode_starts(episode)
     for start, end in zip(starts, np.r_[starts[1:], len(closed)], strict=True):
         shut = np.nonzero(closed[start:end])[0]
         mask[start:start + (shut[0] if len(shut) else end - start)] = True

@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from heisd_ros.actions.bins import N_BINS
 from heisd_ros.models.small_vla import SmallVLA, pose_features
-from heisd_ros.models.vla_training import normalise_pixels
+from heisd_ros.models.vla_training import episode_starts, normalise_pixels
 
 HORIZONS_STEPS = (3, 8)
 DISPLACEMENT_SCALE_M = 0.02
@@ -48,7 +48,7 @@ def aux_targets(bins: np.ndarray, actions: np.ndarray, proprio: np.ndarray,
         episode: (N,) episode index; steps of one episode are contiguous and in order.
     """
     n = len(bins)
-    starts = np.r_[0, np.nonzero(np.diff(episode))[0] + 1]
+    starts = episode_starts(episode)
     ends = np.r_[starts[1:], n] - 1                                  # last step of each episode
     last = np.repeat(ends, np.diff(np.r_[starts, n]))
     parts = [np.asarray(bins, np.float32)[:, :6] / ((N_BINS - 1) / 2.0) - 1.0,

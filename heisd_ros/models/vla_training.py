@@ -251,6 +251,11 @@ class VLATrainConfig:
         return self.min_lr_ratio + (1 - self.min_lr_ratio) * cosine
 
 
+def episode_starts(episode: np.ndarray) -> np.ndarray:
+    """First step of each episode; ``episode`` holds contiguous, ordered runs of one index."""
+    return np.r_[0, np.nonzero(np.diff(np.asarray(episode)))[0] + 1]
+
+
 def gripper_change_steps(gripper: np.ndarray, episode: np.ndarray, span: int) -> np.ndarray:
     """(N,) bool: each step where the gripper label changes, and the ``span - 1`` after it.
 
