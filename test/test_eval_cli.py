@@ -79,3 +79,15 @@ def test_worker_jobs_keep_a_task_name_shared_by_two_suites_in_one_process():
     assert eval_tool._jobs(tasks) == [
         [("piper_goal", "red_block_in_basket"), ("piper_object", "red_block_in_basket")],
         [("piper_goal", "stack_blue_on_red")]]
+
+
+def test_eval_gripper_rule_option(tiny_target_path, tmp_path, capsys):
+    common = ["--suites", "piper_goal", "--tasks", "red_block_on_plate", "--episodes", "1",
+              "--max-steps", "2", "--image-size", "32", "--methods", "ar",
+              "--target", tiny_target_path]
+    assert eval_tool.main([*common, "--gripper-close-prob", "0.3",
+                           "--json", str(tmp_path / "e.json")]) == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "e.json").read_text())
+    assert "gripper closes at P >= 0.3" in result["target"]
+    assert eval_tool.main([*common, "--gripper-close-prob", "1.2"]) == 2
+    assert "--gripper-close-prob: expected a probability in (0, 1)" in capsys.readouterr().err

@@ -53,19 +53,19 @@ def speculative_step(target: TargetVLA, state: DecodeState, tree: DraftTree | No
     tree = (tree if tree is not None else DraftTree.empty()).limit_depth(needed)
     pending = state.pending_embeds
     out = target.forward(state, tree)
-    target_bins = target.target_bins(out)
+    target_bins = target.target_bins(out, first_dim)
     view = VerifyView(parents=tree.parents, draft_bins=target.actions.bin_of_token(tree.tokens),
                       target_bins=target_bins, dims=first_dim + tree.depths())
     path = list(rule(view)) if len(tree) else []
     if not tree.is_path(path) or any(view.draft_bins[i] < 0 for i in path):
         raise ValueError(f"rule returned {path}, not a path of action tokens of the tree")
-    # Bonus: the target's greedy token after the accepted path (EAGLE), unless complete.
+    # Bonus: the target's own token after the accepted path (EAGLE), unless complete.
     last = path[-1] if path else -1
     after_hidden = out.context_hidden[-1] if last < 0 else out.tree_hidden[last]
     bonus = None
     if len(path) < needed:
         after_logits = out.last_logits if last < 0 else out.tree_logits[last]
-        bonus = int(target.actions.argmax_token(after_logits))
+        bonus = target.greedy_token(after_logits, first_dim + len(path))
     predicting = [out.hidden_before(i) for i in path]
     if bonus is not None:
         predicting.append(after_hidden)

@@ -82,7 +82,9 @@ def load_small_vla(path, device: str = "cpu", dtype: torch.dtype = torch.float32
     """Load a small VLA written by :func:`save_small_vla` (weights cast to ``dtype``).
 
     The action statistics stored with it (``extra={"action_stats": stats.to_json()}``) are
-    set as ``vla.action_stats`` (None if absent); ``vla.codec`` decodes with them.
+    set as ``vla.action_stats`` (None if absent); ``vla.codec`` decodes with them. A stored
+    ``gripper_close_probability`` sets the model's gripper decision rule
+    (``TargetVLA.greedy_bins``).
     """
     tensors, metadata = read_checkpoint(path, SMALL_VLA_FORMAT)
     if metadata.get("action_ids") != ACTION_ID_LAYOUT:
@@ -108,7 +110,24 @@ def load_small_vla(path, device: str = "cpu", dtype: torch.dtype = torch.float32
             vla.action_stats = ActionStats.from_json(metadata["action_stats"])
         except (KeyError, json.JSONDecodeError, TypeError, ValueError) as err:
             raise ValueError(f"{path}: metadata 'action_stats' is not valid ({err})") from err
+    if "gripper_close_probability" in metadata:
+        vla.gripper_close_probability = check_gripper_close_probability(
+            metadata["gripper_close_probability"], f"{path}: metadata gripper_close_probability")
     return vla
+
+
+def check_gripper_close_probability(value, what: str = "gripper_close_probability"):
+    """A gripper decision threshold in (0, 1), or None (plain greedy); raises ValueError."""
+    if value is None or value in ("", "none", "None"):
+        return None
+    try:
+        p = float(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what}: expected a probability in (0, 1) or none, got {value!r}") \
+            from err
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"{what}: expected a probability in (0, 1) or none, got {value!r}")
+    return p
 
 
 DRAFT_HEAD_FORMAT = "heisd-draft-head/1"

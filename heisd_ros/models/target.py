@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from heisd_ros.actions.bins import ActionTokenMap
+from heisd_ros.actions.bins import ActionTokenMap, bins_to_values
 from heisd_ros.actions.normalization import ActionCodec
-from heisd_ros.data.observation import Observation
+from heisd_ros.data.observation import ACTION_DIM, Observation
 from heisd_ros.decoding.tree import DraftTree
 
 #: Attention implementations that honour a custom 4D additive mask (tree attention).
@@ -111,6 +111,10 @@ class TargetVLA(ABC):
     #: Set by a subclass or loader that knows its codec (e.g. OpenVLA's dataset statistics).
     _codec: ActionCodec | None = None
 
+    #: The gripper decision rule (see :meth:`greedy_bins`): None = plain greedy; p in (0, 1)
+    #: = close when the closing bins' total probability reaches p. A checkpoint may carry it.
+    gripper_close_probability: float | None = None
+
     @property
     def codec(self) -> ActionCodec:
         """Bins <-> physical actions with the statistics this model was trained on.
@@ -184,15 +188,50 @@ class TargetVLA(ABC):
         return ForwardOutput(tree=tree, context_hidden=hidden[:n_ctx], last_logits=logits[0],
                              tree_hidden=hidden[n_ctx:], tree_logits=logits[1:])
 
-    def target_bins(self, out: ForwardOutput) -> np.ndarray:
-        """The target's argmax bin at each tree node's position, (N,) int64.
+    def target_bins(self, out: ForwardOutput, first_dim: int = 0) -> np.ndarray:
+        """The target's greedy bin at each tree node's position, (N,) int64.
 
         Node i's bin comes from its parent's output (roots: the last pending position's); the
-        sequence-wise rule consumes this as ``target_bins_at_node``.
+        sequence-wise rule consumes this as ``target_bins_at_node``. ``first_dim`` is the
+        action dimension of the roots (node i fills ``first_dim + depth(i)``).
         """
         parents = torch.as_tensor(out.tree.parents, device=out.last_logits.device)
         all_logits = torch.cat([out.last_logits[None], out.tree_logits])  # row 0 = context
-        return self.actions.argmax_bin(all_logits[parents + 1]).cpu().numpy()
+        return self.greedy_bins(all_logits[parents + 1], first_dim + out.tree.depths())
+
+    def greedy_token(self, logits: torch.Tensor, dim: int) -> int:
+        """The target's token for action dimension ``dim`` from one row of logits (V,)."""
+        return int(self.actions.token_of_bin(int(self.greedy_bins(logits[None], [dim])[0])))
+
+    def greedy_bins(self, logits: torch.Tensor, dims) -> np.ndarray:
+        """The target's choice of bin for each row of ``logits`` (N, V) filling ``dims`` (N,).
+
+        Greedy over the action ids, except that with ``gripper_close_probability`` set the
+        gripper dimension is decided as the binary variable it is: the closing bins' total
+        probability (softmax over the action ids) against the threshold picks the side, then
+        the most likely bin of that side. Plain argmax can deadlock a closed loop: at the
+        grasp pose a model that gives closing 0.45 keeps the gripper open forever, since the
+        next observation is the same. Lossless decoding reproduces AR under either rule.
+        """
+        bins = self.actions.argmax_bin(logits).cpu().numpy()
+        threshold = self.gripper_close_probability
+        rows = np.flatnonzero(np.asarray(dims) == ACTION_DIM - 1)
+        if threshold is None or not len(rows):
+            return bins
+        action_logits = self.actions.action_logits(logits[torch.as_tensor(rows)]).float()
+        # Action logits are in id order: id first_id + j is bin n_bins - 1 - j.
+        closing = torch.as_tensor(self._closing_bins()[::-1].copy(), device=logits.device)
+        p_close = torch.softmax(action_logits, dim=-1)[:, closing].sum(dim=-1)
+        close = (p_close >= threshold)[:, None]
+        side = torch.where(close, closing[None], ~closing[None])
+        best = action_logits.masked_fill(~side, float("-inf")).argmax(dim=-1)
+        bins[rows] = (self.actions.n_bins - 1 - best).cpu().numpy()
+        return bins
+
+    def _closing_bins(self) -> np.ndarray:
+        """(n_bins,) bool in bin order: the gripper bins this model's codec decodes to closed."""
+        threshold = self.codec.stats.gripper_threshold
+        return bins_to_values(np.arange(self.actions.n_bins)) > threshold
 
     def commit(self, state: DecodeState, out: ForwardOutput, path: list[int],
                next_token: int | None) -> None:

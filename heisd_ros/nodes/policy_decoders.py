@@ -74,6 +74,9 @@ class ModelConfig:
         threads: torch CPU threads; 0 = torch's default.
         retrieval_k: retrieval candidates per step.
         retrieval_deadline_s: budget of one retrieval call, s.
+        gripper_close_prob: the target's gripper decision rule: close when the closing bins'
+            total probability reaches this value in (0, 1); "none" = plain greedy; "" = what
+            the checkpoint carries.
     """
 
     path: str = ""
@@ -85,8 +88,13 @@ class ModelConfig:
     threads: int = 1
     retrieval_k: int = 4
     retrieval_deadline_s: float = 0.05
+    gripper_close_prob: str = ""
 
     def __post_init__(self) -> None:
+        if self.gripper_close_prob:
+            from heisd_ros.models.checkpoint import check_gripper_close_probability
+
+            check_gripper_close_probability(self.gripper_close_prob, "gripper_close_prob")
         if self.threads < 0:
             raise ValueError(f"threads: expected >= 0, got {self.threads}")
         if not 1 <= self.retrieval_k <= 256:
@@ -298,7 +306,15 @@ def load_target(config: ModelConfig):
         import torch
 
         torch.set_num_threads(config.threads)
-    return load(config.path or None, seed=config.random_seed)
+    target, description = load(config.path or None, seed=config.random_seed)
+    if config.gripper_close_prob:
+        from heisd_ros.models.checkpoint import check_gripper_close_probability
+
+        target.gripper_close_probability = check_gripper_close_probability(
+            config.gripper_close_prob, "gripper_close_prob")
+    if target.gripper_close_probability is not None:
+        description += f", gripper closes at P >= {target.gripper_close_probability:g}"
+    return target, description
 
 
 def target_file(config: ModelConfig) -> Path | None:

@@ -133,7 +133,8 @@ def run(args) -> dict:
     if args.max_frames is not None and args.max_frames < 1:
         raise ValueError(f"--max-frames: expected >= 1, got {args.max_frames}")
     ctx, desc = make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
-                             calibration=args.calibration)
+                             calibration=args.calibration,
+                             gripper_close_prob=args.gripper_close_prob)
     ctx.router_stats = router_stats_for(info.custom_data.get("heisd.suite"), args.router_stats,
                                         args.db)
     decoders = {m: build_method(m, ctx) for m in methods}

@@ -1,0 +1,168 @@
+"""The target's gripper decision rule: the gripper as a binary variable, lossless under it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from heisd_ros.actions.bins import bins_to_values
+from heisd_ros.decoding.decoder import ActionDecoder
+from heisd_ros.decoding.draft_source import DraftSource
+from heisd_ros.decoding.drafter_source import DrafterSource
+from heisd_ros.decoding.hybrid import HybridConfig, HybridDecoder
+from heisd_ros.decoding.retrieval_source import RetrievalSource, RetrievalSourceConfig
+from heisd_ros.decoding.tree import DraftTree
+from heisd_ros.models.checkpoint import (
+    check_gripper_close_probability,
+    load_small_vla,
+    save_small_vla,
+)
+from test.fixtures_decoding import scenes, tiny_drafter, tiny_random_vla, tiny_trained_vla  # noqa: F401
+from test.test_hybrid_helpers import STRAIGHT_FAST, ScriptedClient, candidate, ok, router
+
+GRIPPER = 6
+OPEN_BIN, CLOSED_BINS = 0, (255, 254, 250)
+
+
+@pytest.fixture
+def with_rule():
+    """Sets a model's rule for one test and restores it (the model fixtures are shared)."""
+    changed = []
+
+    def set_rule(vla, p):
+        changed.append((vla, vla.gripper_close_probability))
+        vla.gripper_close_probability = p
+        return vla
+
+    yield set_rule
+    for vla, old in reversed(changed):
+        vla.gripper_close_probability = old
+
+
+def logits_with(vla, probs: dict[int, float]) -> torch.Tensor:
+    """(V,) logits whose softmax over the action ids puts ``probs`` on those bins."""
+    logits = torch.full((vla.config.model_vocab_size,), -1e4)
+    for b, p in probs.items():
+        logits[vla.actions.token_of_bin(b)] = float(np.log(p))
+    return logits
+
+
+def test_closing_bins_are_those_the_codec_decodes_closed(tiny_random_vla):  # noqa: F811
+    closing = tiny_random_vla._closing_bins()
+    decoded = np.array([tiny_random_vla.codec.decode(np.full(7, b))[GRIPPER] for b in range(256)])
+    np.testing.assert_array_equal(closing, decoded == 1.0)
+    assert closing[max(CLOSED_BINS)] and not closing[OPEN_BIN]
+    assert bins_to_values(np.flatnonzero(closing)).min() > 0.5
+
+
+def test_without_a_rule_every_dim_is_plain_argmax(tiny_random_vla):  # noqa: F811
+    vla = tiny_random_vla
+    assert vla.gripper_close_probability is None
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(14, vla.config.model_vocab_size, generator=generator)
+    dims = np.arange(14) % 7
+    np.testing.assert_array_equal(vla.greedy_bins(logits, dims),
+                                  vla.actions.argmax_bin(logits).numpy())
+
+
+def test_the_side_is_chosen_by_total_probability(tiny_random_vla, with_rule):  # noqa: F811
+    vla = tiny_random_vla
+    # The single most likely bin closes (0.45) but opening bins hold 0.55 together.
+    split_open = logits_with(vla, {OPEN_BIN: 0.25, 1: 0.15, 2: 0.15, CLOSED_BINS[0]: 0.45})
+    # The single most likely bin opens (0.55); closing bins hold 0.45 together.
+    split_closed = logits_with(vla, {OPEN_BIN: 0.55, 255: 0.2, 254: 0.15, 250: 0.1})
+    both = torch.stack([split_open, split_closed])
+    assert vla.greedy_bins(both, [GRIPPER, GRIPPER]).tolist() == [255, OPEN_BIN]  # argmax
+    with_rule(vla, 0.5)
+    assert vla.greedy_bins(both, [GRIPPER, GRIPPER]).tolist() == [OPEN_BIN, OPEN_BIN]
+    with_rule(vla, 0.4)
+    assert vla.greedy_bins(both, [GRIPPER, GRIPPER]).tolist() == [255, 255]
+    # Only the gripper dimension is ruled: the same rows at dim 0 stay argmax.
+    assert vla.greedy_bins(both, [0, GRIPPER]).tolist() == [255, 255]
+    assert vla.greedy_token(split_closed, GRIPPER) == vla.actions.token_of_bin(255)
+    assert vla.greedy_token(split_closed, 3) == vla.actions.token_of_bin(OPEN_BIN)
+
+
+def _noisy_client(seed: int) -> ScriptedClient:
+    rng = np.random.default_rng(seed)
+
+    def make(_embedding):
+        cands = [rng.integers(0, 256, 7) for _ in range(3)]
+        for c in cands:
+            c[GRIPPER] = rng.choice([OPEN_BIN, CLOSED_BINS[0]])
+        return ok([candidate(c, 0.9, i) for i, c in enumerate(cands)])
+
+    return ScriptedClient(make)
+
+
+@pytest.mark.parametrize("method", ["drafter", "retrieval", "router_only"])
+def test_lossless_methods_equal_ar_under_the_rule(tiny_random_vla, tiny_drafter,  # noqa: F811
+                                                  with_rule, method):
+    vla = tiny_random_vla
+    observations = scenes(6, seed=21)
+    plain = [ActionDecoder(vla).decode(obs).tokens for obs in observations]
+    with_rule(vla, 0.2)  # a random model gives closing ~1/4: the rule closes more often
+    ruled = [ActionDecoder(vla).decode(obs).tokens for obs in observations]
+    assert any(p[GRIPPER] != r[GRIPPER] for p, r in zip(plain, ruled, strict=True)), \
+        "the rule must change a gripper decision here, or this test cannot fail"
+    rs = RetrievalSourceConfig(deadline_s=0.5)
+    hybrid = HybridDecoder(vla, HybridConfig(method=method, retrieval=rs),
+                           drafter=DrafterSource(tiny_drafter, vla),
+                           retrieval=RetrievalSource(_noisy_client(3), vla.actions.vocab_base, rs),
+                           router=router(0.0) if method == "router_only" else None)
+    for obs, want in zip(observations, ruled, strict=True):
+        got = hybrid.decode(obs, ee_positions_m=STRAIGHT_FAST)
+        np.testing.assert_array_equal(got.tokens, want)
+
+
+def test_a_checkpoint_carries_its_rule(tiny_trained_vla, tmp_path):  # noqa: F811
+    plain = save_small_vla(tiny_trained_vla, tmp_path / "plain.safetensors")
+    assert load_small_vla(plain).gripper_close_probability is None
+    ruled = save_small_vla(tiny_trained_vla, tmp_path / "ruled.safetensors",
+                           extra={"gripper_close_probability": 0.4})
+    assert load_small_vla(ruled).gripper_close_probability == pytest.approx(0.4)
+    bad = save_small_vla(tiny_trained_vla, tmp_path / "bad.safetensors",
+                         extra={"gripper_close_probability": 1.5})
+    with pytest.raises(ValueError, match="gripper_close_probability"):
+        load_small_vla(bad)
+
+
+@pytest.mark.parametrize("value, want", [(None, None), ("none", None), ("0.35", 0.35), (0.5, 0.5)])
+def test_rule_values(value, want):
+    assert check_gripper_close_probability(value) == want
+
+
+@pytest.mark.parametrize("value", ["0", "1", "-0.2", "abc", "nan"])
+def test_rule_values_out_of_range_are_refused(value):
+    with pytest.raises(ValueError, match="--gripper-close-prob"):
+        check_gripper_close_probability(value, "--gripper-close-prob")
+
+
+class _ChainSource(DraftSource):
+    """Drafts the rest of a fixed action (after the prefill), as a chain."""
+
+    name = "chain"
+
+    def __init__(self):
+        self.tokens = None
+
+    def propose(self, context):
+        return DraftTree.chain(self.tokens[len(context.action_tokens):])
+
+
+def test_a_draft_of_the_plain_greedy_gripper_is_rejected(tiny_random_vla, with_rule):  # noqa: F811
+    vla = tiny_random_vla
+    observations = scenes(6, seed=21)
+    plain = [ActionDecoder(vla).decode(obs).tokens for obs in observations]
+    with_rule(vla, 0.2)
+    source = _ChainSource()
+    decoder = ActionDecoder(vla, source)
+    differs = 0
+    for obs, draft in zip(observations, plain, strict=True):
+        source.tokens = draft
+        got = decoder.decode(obs)
+        np.testing.assert_array_equal(got.tokens, ActionDecoder(vla).decode(obs).tokens)
+        np.testing.assert_array_equal(got.tokens[:GRIPPER], draft[:GRIPPER])
+        differs += int(got.tokens[GRIPPER] != draft[GRIPPER])
+    assert differs, "no gripper decision changed: this test could not fail"
