@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -66,22 +68,39 @@ def test_without_a_rule_every_dim_is_plain_argmax(tiny_random_vla):  # noqa: F81
                                   vla.actions.argmax_bin(logits).numpy())
 
 
-def test_the_side_is_chosen_by_total_probability(tiny_random_vla, with_rule):  # noqa: F811
+def test_the_state_changes_on_the_other_states_total_probability(tiny_random_vla,  # noqa: F811
+                                                                  with_rule):
     vla = tiny_random_vla
     # The single most likely bin closes (0.45) but opening bins hold 0.55 together.
     split_open = logits_with(vla, {OPEN_BIN: 0.25, 1: 0.15, 2: 0.15, CLOSED_BINS[0]: 0.45})
     # The single most likely bin opens (0.55); closing bins hold 0.45 together.
     split_closed = logits_with(vla, {OPEN_BIN: 0.55, 255: 0.2, 254: 0.15, 250: 0.1})
     both = torch.stack([split_open, split_closed])
-    assert vla.greedy_bins(both, [GRIPPER, GRIPPER]).tolist() == [255, OPEN_BIN]  # argmax
+    g = [GRIPPER, GRIPPER]
+    argmax = [255, OPEN_BIN]
+    assert vla.greedy_bins(both, g, gripper_closed=False).tolist() == argmax  # no rule
     with_rule(vla, 0.5)
-    assert vla.greedy_bins(both, [GRIPPER, GRIPPER]).tolist() == [OPEN_BIN, OPEN_BIN]
+    assert vla.greedy_bins(both, g).tolist() == argmax  # state unknown: plain greedy
+    # Open now: close only when closing holds >= p in total.
+    assert vla.greedy_bins(both, g, gripper_closed=False).tolist() == [OPEN_BIN, OPEN_BIN]
+    # Closed now: open when opening holds >= p in total (0.55 here).
+    assert vla.greedy_bins(both, g, gripper_closed=True).tolist() == [OPEN_BIN, OPEN_BIN]
     with_rule(vla, 0.4)
-    assert vla.greedy_bins(both, [GRIPPER, GRIPPER]).tolist() == [255, 255]
+    assert vla.greedy_bins(both, g, gripper_closed=False).tolist() == [255, 255]
+    assert vla.greedy_bins(both, g, gripper_closed=True).tolist() == [OPEN_BIN, OPEN_BIN]
+    with_rule(vla, 0.6)
+    assert vla.greedy_bins(both, g, gripper_closed=True).tolist() == [255, 255]  # stays
     # Only the gripper dimension is ruled: the same rows at dim 0 stay argmax.
-    assert vla.greedy_bins(both, [0, GRIPPER]).tolist() == [255, 255]
-    assert vla.greedy_token(split_closed, GRIPPER) == vla.actions.token_of_bin(255)
-    assert vla.greedy_token(split_closed, 3) == vla.actions.token_of_bin(OPEN_BIN)
+    with_rule(vla, 0.4)
+    assert vla.greedy_bins(both, [0, GRIPPER], gripper_closed=False).tolist() == [255, 255]
+    assert vla.greedy_token(split_closed, GRIPPER, False) == vla.actions.token_of_bin(255)
+    assert vla.greedy_token(split_closed, 3, False) == vla.actions.token_of_bin(OPEN_BIN)
+
+
+def with_state(observations):
+    """The observations with a known gripper state, alternating open and closed."""
+    return [replace(obs, extras={**obs.extras, "gripper_closed": i % 2 == 1})
+            for i, obs in enumerate(observations)]
 
 
 def _noisy_client(seed: int) -> ScriptedClient:
@@ -100,9 +119,9 @@ def _noisy_client(seed: int) -> ScriptedClient:
 def test_lossless_methods_equal_ar_under_the_rule(tiny_random_vla, tiny_drafter,  # noqa: F811
                                                   with_rule, method):
     vla = tiny_random_vla
-    observations = scenes(6, seed=21)
+    observations = with_state(scenes(6, seed=21))
     plain = [ActionDecoder(vla).decode(obs).tokens for obs in observations]
-    with_rule(vla, 0.2)  # a random model gives closing ~1/4: the rule closes more often
+    with_rule(vla, 0.2)  # a random model gives closing ~1/4: the rule changes state often
     ruled = [ActionDecoder(vla).decode(obs).tokens for obs in observations]
     assert any(p[GRIPPER] != r[GRIPPER] for p, r in zip(plain, ruled, strict=True)), \
         "the rule must change a gripper decision here, or this test cannot fail"
@@ -153,7 +172,7 @@ class _ChainSource(DraftSource):
 
 def test_a_draft_of_the_plain_greedy_gripper_is_rejected(tiny_random_vla, with_rule):  # noqa: F811
     vla = tiny_random_vla
-    observations = scenes(6, seed=21)
+    observations = with_state(scenes(6, seed=21))
     plain = [ActionDecoder(vla).decode(obs).tokens for obs in observations]
     with_rule(vla, 0.2)
     source = _ChainSource()

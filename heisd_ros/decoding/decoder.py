@@ -46,6 +46,16 @@ class ActionResult:
     stats: StepStats
 
 
+def gripper_state(observation: Observation) -> bool | None:
+    """The gripper's current state, None when unknown.
+
+    From ``observation.extras["gripper_closed"]``: the state of the last command the robot got,
+    set by the policy runner (``DecoderPolicy``, the policy node).
+    """
+    value = observation.extras.get("gripper_closed")
+    return None if value is None else bool(value)
+
+
 class ActionDecoder:
     """Greedy or speculative decoding of one action per call (see the module docstring)."""
 
@@ -70,7 +80,7 @@ class ActionDecoder:
         clock = StageClock(target.device)
         with clock.stage("vision"):
             prefix = target.encode(observation) if prefix is None else prefix
-        state = target.start(prefix)
+        state = target.start(prefix, gripper_state(observation))
         action_id = next(_ACTION_IDS)
         # All (hidden state, next input embedding) pairs of this action, for draft sources.
         hidden, seen_hidden, seen_next = [], None, None

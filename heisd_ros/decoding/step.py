@@ -53,7 +53,7 @@ def speculative_step(target: TargetVLA, state: DecodeState, tree: DraftTree | No
     tree = (tree if tree is not None else DraftTree.empty()).limit_depth(needed)
     pending = state.pending_embeds
     out = target.forward(state, tree)
-    target_bins = target.target_bins(out, first_dim)
+    target_bins = target.target_bins(out, first_dim, state.gripper_closed)
     view = VerifyView(parents=tree.parents, draft_bins=target.actions.bin_of_token(tree.tokens),
                       target_bins=target_bins, dims=first_dim + tree.depths())
     path = list(rule(view)) if len(tree) else []
@@ -65,7 +65,8 @@ def speculative_step(target: TargetVLA, state: DecodeState, tree: DraftTree | No
     bonus = None
     if len(path) < needed:
         after_logits = out.last_logits if last < 0 else out.tree_logits[last]
-        bonus = target.greedy_token(after_logits, first_dim + len(path))
+        bonus = target.greedy_token(after_logits, first_dim + len(path),
+                                    state.gripper_closed)
     predicting = [out.hidden_before(i) for i in path]
     if bonus is not None:
         predicting.append(after_hidden)

@@ -10,7 +10,7 @@ come from ``heisd_ros.decoding.hybrid``, imported only when such a method is ask
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -192,9 +192,11 @@ class DecoderPolicy:
     def __init__(self, decoder, task: str | None = None):
         self.decoder = decoder
         self.task = task
+        self.gripper_closed: bool | None = None  # the last command's gripper state
 
     def reset(self) -> None:
         """Forward the episode start to decoders that keep history (router windows)."""
+        self.gripper_closed = None
         start_episode(self.decoder, self.task)
 
     def end_episode(self, success: bool) -> None:
@@ -203,9 +205,18 @@ class DecoderPolicy:
             self.decoder.episode_end(bool(success))
 
     def act(self, observation):
-        """Decode one action; the step record goes to the runner's per-step stats."""
+        """Decode one action; the step record goes to the runner's per-step stats.
+
+        The observation gets ``extras["gripper_closed"]``, the state of the last command
+        (the target's gripper rule needs it; unknown at an episode's first step).
+        """
+        if self.gripper_closed is not None:
+            observation = replace(observation, extras={**observation.extras,
+                                                       "gripper_closed": self.gripper_closed})
         result = self.decoder.decode(observation)
-        return np.asarray(result.action, dtype=np.float64), step_record(result)
+        action = np.asarray(result.action, dtype=np.float64)
+        self.gripper_closed = bool(action[-1] > 0.5)
+        return action, step_record(result)
 
 
 def make_context(target_path: str | None, drafter_path: str | None, methods, seed: int = 0,

@@ -56,6 +56,7 @@ class DecodeState:
     cached_length: int = 0
     action_tokens: list[int] = field(default_factory=list)
     uncommitted_tree: int = 0   # tree nodes appended to the cache by the last forward
+    gripper_closed: bool | None = None  # the gripper's current state, for the gripper rule
 
     @property
     def committed_length(self) -> int:
@@ -112,7 +113,8 @@ class TargetVLA(ABC):
     _codec: ActionCodec | None = None
 
     #: The gripper decision rule (see :meth:`greedy_bins`): None = plain greedy; p in (0, 1)
-    #: = close when the closing bins' total probability reaches p. A checkpoint may carry it.
+    #: = change the gripper's state when the other state's total probability reaches p.
+    #: A checkpoint may carry it.
     gripper_close_probability: float | None = None
 
     @property
@@ -154,10 +156,15 @@ class TargetVLA(ABC):
         """(..., H) last-layer hidden states -> (..., V) logits."""
         return self.language_model.get_output_embeddings()(hidden)
 
-    def start(self, prefix: Prefix) -> DecodeState:
-        """A fresh decode whose pending positions are the whole prompt (nothing cached)."""
+    def start(self, prefix: Prefix, gripper_closed: bool | None = None) -> DecodeState:
+        """A fresh decode whose pending positions are the whole prompt (nothing cached).
+
+        ``gripper_closed``: the gripper's current state (the last command), which the
+        gripper rule needs (:meth:`greedy_bins`); None = unknown.
+        """
         return DecodeState(cache=DynamicCache(config=self.language_model.config),
-                           pending_embeds=prefix.embeds, prefix_length=prefix.embeds.shape[1])
+                           pending_embeds=prefix.embeds, prefix_length=prefix.embeds.shape[1],
+                           gripper_closed=gripper_closed)
 
     @torch.no_grad()
     def forward(self, state: DecodeState, tree: DraftTree | None = None) -> ForwardOutput:
@@ -188,42 +195,51 @@ class TargetVLA(ABC):
         return ForwardOutput(tree=tree, context_hidden=hidden[:n_ctx], last_logits=logits[0],
                              tree_hidden=hidden[n_ctx:], tree_logits=logits[1:])
 
-    def target_bins(self, out: ForwardOutput, first_dim: int = 0) -> np.ndarray:
+    def target_bins(self, out: ForwardOutput, first_dim: int = 0,
+                    gripper_closed: bool | None = None) -> np.ndarray:
         """The target's greedy bin at each tree node's position, (N,) int64.
 
         Node i's bin comes from its parent's output (roots: the last pending position's); the
         sequence-wise rule consumes this as ``target_bins_at_node``. ``first_dim`` is the
-        action dimension of the roots (node i fills ``first_dim + depth(i)``).
+        action dimension of the roots (node i fills ``first_dim + depth(i)``);
+        ``gripper_closed`` is the gripper's current state (see :meth:`greedy_bins`).
         """
         parents = torch.as_tensor(out.tree.parents, device=out.last_logits.device)
         all_logits = torch.cat([out.last_logits[None], out.tree_logits])  # row 0 = context
-        return self.greedy_bins(all_logits[parents + 1], first_dim + out.tree.depths())
+        return self.greedy_bins(all_logits[parents + 1], first_dim + out.tree.depths(),
+                                gripper_closed)
 
-    def greedy_token(self, logits: torch.Tensor, dim: int) -> int:
+    def greedy_token(self, logits: torch.Tensor, dim: int,
+                     gripper_closed: bool | None = None) -> int:
         """The target's token for action dimension ``dim`` from one row of logits (V,)."""
-        return int(self.actions.token_of_bin(int(self.greedy_bins(logits[None], [dim])[0])))
+        bins = self.greedy_bins(logits[None], [dim], gripper_closed)
+        return int(self.actions.token_of_bin(int(bins[0])))
 
-    def greedy_bins(self, logits: torch.Tensor, dims) -> np.ndarray:
+    def greedy_bins(self, logits: torch.Tensor, dims,
+                    gripper_closed: bool | None = None) -> np.ndarray:
         """The target's choice of bin for each row of ``logits`` (N, V) filling ``dims`` (N,).
 
-        Greedy over the action ids, except that with ``gripper_close_probability`` set the
-        gripper dimension is decided as the binary variable it is: the closing bins' total
-        probability (softmax over the action ids) against the threshold picks the side, then
-        the most likely bin of that side. Plain argmax can deadlock a closed loop: at the
-        grasp pose a model that gives closing 0.45 keeps the gripper open forever, since the
-        next observation is the same. Lossless decoding reproduces AR under either rule.
+        Greedy over the action ids, except that with ``gripper_close_probability`` = p set
+        and the gripper's current state known (``gripper_closed``), the gripper dimension is
+        decided as the binary variable it is: the gripper changes state when the other
+        state's total probability (softmax over the action ids) reaches p, and the most
+        likely bin of the chosen state is taken. Plain argmax can deadlock a closed loop: at
+        the grasp pose a model that gives closing 0.45 keeps the gripper open forever, since
+        the next observation is the same (and likewise above a drop-off point). With the
+        state unknown the choice is plain greedy. Lossless decoding reproduces AR under
+        either rule.
         """
         bins = self.actions.argmax_bin(logits).cpu().numpy()
         threshold = self.gripper_close_probability
         rows = np.flatnonzero(np.asarray(dims) == ACTION_DIM - 1)
-        if threshold is None or not len(rows):
+        if threshold is None or gripper_closed is None or not len(rows):
             return bins
         action_logits = self.actions.action_logits(logits[torch.as_tensor(rows)]).float()
         # Action logits are in id order: id first_id + j is bin n_bins - 1 - j.
         closing = torch.as_tensor(self._closing_bins()[::-1].copy(), device=logits.device)
-        p_close = torch.softmax(action_logits, dim=-1)[:, closing].sum(dim=-1)
-        close = (p_close >= threshold)[:, None]
-        side = torch.where(close, closing[None], ~closing[None])
+        other = ~closing if gripper_closed else closing
+        p_other = torch.softmax(action_logits, dim=-1)[:, other].sum(dim=-1)
+        side = torch.where((p_other >= threshold)[:, None], other[None], ~other[None])
         best = action_logits.masked_fill(~side, float("-inf")).argmax(dim=-1)
         bins[rows] = (self.actions.n_bins - 1 - best).cpu().numpy()
         return bins

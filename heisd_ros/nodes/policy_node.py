@@ -124,6 +124,7 @@ class PolicyNode(Node):
         self._pose: PoseStamped | None = None
         self._step_index = 0
         self._episode_step = 0
+        self._gripper_closed: bool | None = None  # state of the last command (gripper rule)
         self._episode_key: tuple | None = None
         self._episode_ended = False
         self._last_step_t = -math.inf
@@ -246,6 +247,7 @@ class PolicyNode(Node):
 
     def _new_episode(self, key: tuple, task: str | None = None) -> None:
         self._episode_key, self._episode_ended, self._episode_step = key, False, 0
+        self._gripper_closed = None
         with self._lock:
             self.gate.reset()
         self._path = Path()
@@ -276,7 +278,8 @@ class PolicyNode(Node):
         observation = Observation(
             image_primary=snap.third_person, image_wrist=snap.wrist,
             instruction=self.instruction, proprio=proprio, stamp_s=snap.stamp_s,
-            extras={"task": self.task, "step_index": self._episode_step})
+            extras={"task": self.task, "step_index": self._episode_step,
+                    "gripper_closed": self._gripper_closed})
         t0 = time.perf_counter()
         try:
             step = self.decoder.decode(observation)
@@ -292,6 +295,7 @@ class PolicyNode(Node):
                  decode_ms: float) -> None:
         cfg, stamp = self.config, seconds_to_stamp(stamp_s)
         self._cmd_pub.publish(command_msg(step, self._step_index, stamp, cfg.frame_id))
+        self._gripper_closed = bool(step.action[-1] > 0.5)
         self.latency.published(stamp_s, self.get_clock().now().nanoseconds * 1e-9, decode_ms)
         self.commands_sent += 1
         self._step_pub.publish(hybrid_step_msg(step, self._step_index, stamp, cfg.frame_id,
