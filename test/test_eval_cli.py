@@ -85,9 +85,9 @@ def test_eval_gripper_rule_option(tiny_target_path, tmp_path, capsys):
     common = ["--suites", "piper_goal", "--tasks", "red_block_on_plate", "--episodes", "1",
               "--max-steps", "2", "--image-size", "32", "--methods", "ar",
               "--target", tiny_target_path]
-    assert eval_tool.main([*common, "--gripper-close-prob", "0.3",
+    assert eval_tool.main([*common, "--gripper-switch-prob", "0.3",
                            "--json", str(tmp_path / "e.json")]) == 0, capsys.readouterr().err
     result = json.loads((tmp_path / "e.json").read_text())
-    assert "gripper closes at P >= 0.3" in result["target"]
-    assert eval_tool.main([*common, "--gripper-close-prob", "1.2"]) == 2
-    assert "--gripper-close-prob: expected a probability in (0, 1)" in capsys.readouterr().err
+    assert "gripper switches at P >= 0.3" in result["target"]
+    assert eval_tool.main([*common, "--gripper-switch-prob", "1.2"]) == 2
+    assert "--gripper-switch-prob: expected a probability in (0, 1)" in capsys.readouterr().err

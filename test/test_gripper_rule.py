@@ -16,7 +16,7 @@ from heisd_ros.decoding.hybrid import HybridConfig, HybridDecoder
 from heisd_ros.decoding.retrieval_source import RetrievalSource, RetrievalSourceConfig
 from heisd_ros.decoding.tree import DraftTree
 from heisd_ros.models.checkpoint import (
-    check_gripper_close_probability,
+    check_gripper_switch_probability,
     load_small_vla,
     save_small_vla,
 )
@@ -33,13 +33,13 @@ def with_rule():
     changed = []
 
     def set_rule(vla, p):
-        changed.append((vla, vla.gripper_close_probability))
-        vla.gripper_close_probability = p
+        changed.append((vla, vla.gripper_switch_probability))
+        vla.gripper_switch_probability = p
         return vla
 
     yield set_rule
     for vla, old in reversed(changed):
-        vla.gripper_close_probability = old
+        vla.gripper_switch_probability = old
 
 
 def logits_with(vla, probs: dict[int, float]) -> torch.Tensor:
@@ -60,7 +60,7 @@ def test_closing_bins_are_those_the_codec_decodes_closed(tiny_random_vla):  # no
 
 def test_without_a_rule_every_dim_is_plain_argmax(tiny_random_vla):  # noqa: F811
     vla = tiny_random_vla
-    assert vla.gripper_close_probability is None
+    assert vla.gripper_switch_probability is None
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(14, vla.config.model_vocab_size, generator=generator)
     dims = np.arange(14) % 7
@@ -137,25 +137,25 @@ def test_lossless_methods_equal_ar_under_the_rule(tiny_random_vla, tiny_drafter,
 
 def test_a_checkpoint_carries_its_rule(tiny_trained_vla, tmp_path):  # noqa: F811
     plain = save_small_vla(tiny_trained_vla, tmp_path / "plain.safetensors")
-    assert load_small_vla(plain).gripper_close_probability is None
+    assert load_small_vla(plain).gripper_switch_probability is None
     ruled = save_small_vla(tiny_trained_vla, tmp_path / "ruled.safetensors",
-                           extra={"gripper_close_probability": 0.4})
-    assert load_small_vla(ruled).gripper_close_probability == pytest.approx(0.4)
+                           extra={"gripper_switch_probability": 0.4})
+    assert load_small_vla(ruled).gripper_switch_probability == pytest.approx(0.4)
     bad = save_small_vla(tiny_trained_vla, tmp_path / "bad.safetensors",
-                         extra={"gripper_close_probability": 1.5})
-    with pytest.raises(ValueError, match="gripper_close_probability"):
+                         extra={"gripper_switch_probability": 1.5})
+    with pytest.raises(ValueError, match="gripper_switch_probability"):
         load_small_vla(bad)
 
 
 @pytest.mark.parametrize("value, want", [(None, None), ("none", None), ("0.35", 0.35), (0.5, 0.5)])
 def test_rule_values(value, want):
-    assert check_gripper_close_probability(value) == want
+    assert check_gripper_switch_probability(value) == want
 
 
 @pytest.mark.parametrize("value", ["0", "1", "-0.2", "abc", "nan"])
 def test_rule_values_out_of_range_are_refused(value):
-    with pytest.raises(ValueError, match="--gripper-close-prob"):
-        check_gripper_close_probability(value, "--gripper-close-prob")
+    with pytest.raises(ValueError, match="--gripper-switch-prob"):
+        check_gripper_switch_probability(value, "--gripper-switch-prob")
 
 
 class _ChainSource(DraftSource):

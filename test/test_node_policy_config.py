@@ -242,10 +242,10 @@ def test_explicit_router_statistics_that_do_not_load_fail_the_configure_step(tin
 
 def test_gripper_rule_parameter(tiny):
     _root, vla, _target, _head = tiny
-    target, description = pd.load_target(ModelConfig(path=vla, gripper_close_prob="0.4"))
-    assert target.gripper_close_probability == 0.4 and "P >= 0.4" in description
-    target, description = pd.load_target(ModelConfig(path=vla, gripper_close_prob="none"))
-    assert target.gripper_close_probability is None and "P >=" not in description
-    assert pd.load_target(ModelConfig(path=vla))[0].gripper_close_probability is None
-    with pytest.raises(ValueError, match="gripper_close_prob"):
-        ModelConfig(gripper_close_prob="2")
+    target, description = pd.load_target(ModelConfig(path=vla, gripper_switch_prob="0.4"))
+    assert target.gripper_switch_probability == 0.4 and "P >= 0.4" in description
+    target, description = pd.load_target(ModelConfig(path=vla, gripper_switch_prob="none"))
+    assert target.gripper_switch_probability is None and "P >=" not in description
+    assert pd.load_target(ModelConfig(path=vla))[0].gripper_switch_probability is None
+    with pytest.raises(ValueError, match="gripper_switch_prob"):
+        ModelConfig(gripper_switch_prob="2")

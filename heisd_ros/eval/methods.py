@@ -222,7 +222,7 @@ class DecoderPolicy:
 def make_context(target_path: str | None, drafter_path: str | None, methods, seed: int = 0,
                  relaxed_radius_bins=DEFAULT_RELAXED_RADIUS_BINS, db_path: str | None = None,
                  calibration: str | None = None, extra: dict | None = None,
-                 gripper_close_prob: str | float | None = None) -> tuple[MethodContext, dict]:
+                 gripper_switch_prob: str | float | None = None) -> tuple[MethodContext, dict]:
     """(context, description) for the tools: the default target and, if needed, a drafter.
 
     The target is ``target_path``, else the shipped small VLA, else a seeded random init
@@ -230,18 +230,18 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     than AR is asked for; without ``drafter_path`` it is a seeded random-init draft head, and
     the description says so. ``db_path`` is an embedded (edge) DB directory built by
     ``heisd-build-db``; router statistics are set per suite with :func:`router_stats_for`.
-    ``gripper_close_prob`` overrides the target's gripper decision rule (a probability, or
+    ``gripper_switch_prob`` overrides the target's gripper decision rule (a probability, or
     "none" for plain greedy; None keeps the checkpoint's, see ``TargetVLA.greedy_bins``).
     """
-    from heisd_ros.models.checkpoint import check_gripper_close_probability
+    from heisd_ros.models.checkpoint import check_gripper_switch_probability
     from heisd_ros.tools._common import load_target
 
     target, target_desc = load_target(target_path, seed)
-    if gripper_close_prob is not None:
-        target.gripper_close_probability = check_gripper_close_probability(
-            gripper_close_prob, "--gripper-close-prob")
-    if target.gripper_close_probability is not None:
-        target_desc += f", gripper closes at P >= {target.gripper_close_probability:g}"
+    if gripper_switch_prob is not None:
+        target.gripper_switch_probability = check_gripper_switch_probability(
+            gripper_switch_prob, "--gripper-switch-prob")
+    if target.gripper_switch_probability is not None:
+        target_desc += f", gripper switches at P >= {target.gripper_switch_probability:g}"
     drafter, drafter_desc = None, None
     if any(m != "ar" for m in methods):
         import torch

@@ -83,7 +83,7 @@ def load_small_vla(path, device: str = "cpu", dtype: torch.dtype = torch.float32
 
     The action statistics stored with it (``extra={"action_stats": stats.to_json()}``) are
     set as ``vla.action_stats`` (None if absent); ``vla.codec`` decodes with them. A stored
-    ``gripper_close_probability`` sets the model's gripper decision rule
+    ``gripper_switch_probability`` sets the model's gripper decision rule
     (``TargetVLA.greedy_bins``).
     """
     tensors, metadata = read_checkpoint(path, SMALL_VLA_FORMAT)
@@ -110,13 +110,13 @@ def load_small_vla(path, device: str = "cpu", dtype: torch.dtype = torch.float32
             vla.action_stats = ActionStats.from_json(metadata["action_stats"])
         except (KeyError, json.JSONDecodeError, TypeError, ValueError) as err:
             raise ValueError(f"{path}: metadata 'action_stats' is not valid ({err})") from err
-    if "gripper_close_probability" in metadata:
-        vla.gripper_close_probability = check_gripper_close_probability(
-            metadata["gripper_close_probability"], f"{path}: metadata gripper_close_probability")
+    if "gripper_switch_probability" in metadata:
+        vla.gripper_switch_probability = check_gripper_switch_probability(
+            metadata["gripper_switch_probability"], f"{path}: metadata gripper_switch_probability")
     return vla
 
 
-def check_gripper_close_probability(value, what: str = "gripper_close_probability"):
+def check_gripper_switch_probability(value, what: str = "gripper_switch_probability"):
     """A gripper decision threshold in (0, 1), or None (plain greedy); raises ValueError."""
     if value is None or value in ("", "none", "None"):
         return None

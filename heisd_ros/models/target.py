@@ -115,7 +115,7 @@ class TargetVLA(ABC):
     #: The gripper decision rule (see :meth:`greedy_bins`): None = plain greedy; p in (0, 1)
     #: = change the gripper's state when the other state's total probability reaches p.
     #: A checkpoint may carry it.
-    gripper_close_probability: float | None = None
+    gripper_switch_probability: float | None = None
 
     @property
     def codec(self) -> ActionCodec:
@@ -219,7 +219,7 @@ class TargetVLA(ABC):
                     gripper_closed: bool | None = None) -> np.ndarray:
         """The target's choice of bin for each row of ``logits`` (N, V) filling ``dims`` (N,).
 
-        Greedy over the action ids, except that with ``gripper_close_probability`` = p set
+        Greedy over the action ids, except that with ``gripper_switch_probability`` = p set
         and the gripper's current state known (``gripper_closed``), the gripper dimension is
         decided as the binary variable it is: the gripper changes state when the other
         state's total probability (softmax over the action ids) reaches p, and the most
@@ -230,7 +230,7 @@ class TargetVLA(ABC):
         either rule.
         """
         bins = self.actions.argmax_bin(logits).cpu().numpy()
-        threshold = self.gripper_close_probability
+        threshold = self.gripper_switch_probability
         rows = np.flatnonzero(np.asarray(dims) == ACTION_DIM - 1)
         if threshold is None or gripper_closed is None or not len(rows):
             return bins

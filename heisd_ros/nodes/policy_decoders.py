@@ -74,9 +74,10 @@ class ModelConfig:
         threads: torch CPU threads; 0 = torch's default.
         retrieval_k: retrieval candidates per step.
         retrieval_deadline_s: budget of one retrieval call, s.
-        gripper_close_prob: the target's gripper decision rule: close when the closing bins'
-            total probability reaches this value in (0, 1); "none" = plain greedy; "" = what
-            the checkpoint carries.
+        gripper_switch_prob: the target's gripper decision rule: the gripper changes state
+            when the other state's total probability reaches this value in (0, 1) (the
+            current state is the last command sent); "none" = plain greedy; "" = what the
+            checkpoint carries.
     """
 
     path: str = ""
@@ -88,13 +89,13 @@ class ModelConfig:
     threads: int = 1
     retrieval_k: int = 4
     retrieval_deadline_s: float = 0.05
-    gripper_close_prob: str = ""
+    gripper_switch_prob: str = ""
 
     def __post_init__(self) -> None:
-        if self.gripper_close_prob:
-            from heisd_ros.models.checkpoint import check_gripper_close_probability
+        if self.gripper_switch_prob:
+            from heisd_ros.models.checkpoint import check_gripper_switch_probability
 
-            check_gripper_close_probability(self.gripper_close_prob, "gripper_close_prob")
+            check_gripper_switch_probability(self.gripper_switch_prob, "gripper_switch_prob")
         if self.threads < 0:
             raise ValueError(f"threads: expected >= 0, got {self.threads}")
         if not 1 <= self.retrieval_k <= 256:
@@ -307,13 +308,13 @@ def load_target(config: ModelConfig):
 
         torch.set_num_threads(config.threads)
     target, description = load(config.path or None, seed=config.random_seed)
-    if config.gripper_close_prob:
-        from heisd_ros.models.checkpoint import check_gripper_close_probability
+    if config.gripper_switch_prob:
+        from heisd_ros.models.checkpoint import check_gripper_switch_probability
 
-        target.gripper_close_probability = check_gripper_close_probability(
-            config.gripper_close_prob, "gripper_close_prob")
-    if target.gripper_close_probability is not None:
-        description += f", gripper closes at P >= {target.gripper_close_probability:g}"
+        target.gripper_switch_probability = check_gripper_switch_probability(
+            config.gripper_switch_prob, "gripper_switch_prob")
+    if target.gripper_switch_probability is not None:
+        description += f", gripper switches at P >= {target.gripper_switch_probability:g}"
     return target, description
 
 

@@ -27,7 +27,7 @@ def add_decoder_arguments(parser) -> None:
     """The options every tool that builds decoders by method name shares (eval, record, replay).
 
     ``--target``, ``--drafter``, ``--db``, ``--router-stats``, ``--calibration``,
-    ``--gripper-close-prob``: see ``heisd_ros.eval.methods``.
+    ``--gripper-switch-prob``: see ``heisd_ros.eval.methods``.
     """
     parser.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped)")
     parser.add_argument("--drafter", default=None, help="draft head safetensors")
@@ -36,10 +36,10 @@ def add_decoder_arguments(parser) -> None:
     parser.add_argument("--router-stats", default=None,
                         help="router statistics JSON (default: <db>/router_stats_<suite>.json)")
     parser.add_argument("--calibration", default=None, help="verify-skip calibration JSON")
-    parser.add_argument("--gripper-close-prob", default=None, metavar="P",
-                        help="gripper decision rule of the target: close when the closing bins' "
-                             "total probability reaches P in (0, 1); 'none' = plain greedy "
-                             "(default: what the checkpoint carries)")
+    parser.add_argument("--gripper-switch-prob", default=None, metavar="P",
+                        help="gripper decision rule of the target: change the gripper's state "
+                             "when the other state's total probability reaches P in (0, 1); "
+                             "'none' = plain greedy (default: what the checkpoint carries)")
 
 
 def load_target(path: str | None, seed: int = 0, model: str = "small",

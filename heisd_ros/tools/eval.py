@@ -113,7 +113,7 @@ def _run_tasks(args, methods, tasks, bar=None):
     sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
     ctx, desc = make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
                              calibration=args.calibration,
-                             gripper_close_prob=args.gripper_close_prob)
+                             gripper_switch_prob=args.gripper_switch_prob)
 
     def progress(suite, task, seed, method, success):
         if bar is not None:
