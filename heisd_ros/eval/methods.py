@@ -233,15 +233,9 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ``gripper_switch_prob`` overrides the target's gripper decision rule (a probability, or
     "none" for plain greedy; None keeps the checkpoint's, see ``TargetVLA.greedy_bins``).
     """
-    from heisd_ros.models.checkpoint import check_gripper_switch_probability
     from heisd_ros.tools._common import load_target
 
-    target, target_desc = load_target(target_path, seed)
-    if gripper_switch_prob is not None:
-        target.gripper_switch_probability = check_gripper_switch_probability(
-            gripper_switch_prob, "--gripper-switch-prob")
-    if target.gripper_switch_probability is not None:
-        target_desc += f", gripper switches at P >= {target.gripper_switch_probability:g}"
+    target, target_desc = load_target(target_path, seed, gripper_switch_prob=gripper_switch_prob)
     drafter, drafter_desc = None, None
     if any(m != "ar" for m in methods):
         import torch

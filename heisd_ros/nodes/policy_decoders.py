@@ -307,15 +307,8 @@ def load_target(config: ModelConfig):
         import torch
 
         torch.set_num_threads(config.threads)
-    target, description = load(config.path or None, seed=config.random_seed)
-    if config.gripper_switch_prob:
-        from heisd_ros.models.checkpoint import check_gripper_switch_probability
-
-        target.gripper_switch_probability = check_gripper_switch_probability(
-            config.gripper_switch_prob, "gripper_switch_prob")
-    if target.gripper_switch_probability is not None:
-        description += f", gripper switches at P >= {target.gripper_switch_probability:g}"
-    return target, description
+    return load(config.path or None, seed=config.random_seed,
+                gripper_switch_prob=config.gripper_switch_prob or None)
 
 
 def target_file(config: ModelConfig) -> Path | None:

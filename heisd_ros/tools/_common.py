@@ -44,14 +44,32 @@ def add_decoder_arguments(parser) -> None:
 
 def load_target(path: str | None, seed: int = 0, model: str = "small",
                 checkpoint: str | None = None, unnorm_key: str | None = None,
-                openvla_options: dict | None = None):
+                openvla_options: dict | None = None,
+                gripper_switch_prob: str | float | None = None):
     """(target, description) of the VLA to use.
 
     ``model="small"``: from ``path``, else the shipped weights if present, else a seeded random
     initialisation of the default config. ``model="openvla"``: the OpenVLA checkpoint directory
     ``checkpoint`` (CUDA bf16 when a GPU is present, else CPU fp32), never from a hub;
     ``openvla_options`` are further ``OpenVLAOptions`` fields (e.g. backbone specs in tests).
+    ``gripper_switch_prob`` overrides the target's gripper decision rule (a probability, or
+    "none" for plain greedy; None keeps the checkpoint's, see ``TargetVLA.greedy_bins``); the
+    description names the rule in force.
     """
+    target, description = _load_target(path, seed, model, checkpoint, unnorm_key,
+                                       openvla_options)
+    if gripper_switch_prob is not None:
+        from heisd_ros.models.checkpoint import check_gripper_switch_probability
+
+        target.gripper_switch_probability = check_gripper_switch_probability(
+            gripper_switch_prob, "--gripper-switch-prob")
+    if target.gripper_switch_probability is not None:
+        description += f", gripper switches at P >= {target.gripper_switch_probability:g}"
+    return target, description
+
+
+def _load_target(path, seed, model, checkpoint, unnorm_key, openvla_options):
+    """:func:`load_target` without the gripper rule override."""
     if model not in MODELS:
         raise ValueError(f"model: expected one of {MODELS}, got {model!r}")
     if model == "openvla":
