@@ -105,3 +105,16 @@ def test_config_needs_the_stem():
         dataclasses.replace(TINY_STEM, stem_channels=0, instruction_film=8)
     with pytest.raises(ValueError, match="instruction_film"):
         SmallVLAConfig(stem_channels=8, instruction_film=-1)
+
+
+def test_fingerprint_hashes_film_only_when_it_is_on():
+    from heisd_ros.retrieval.embedding import model_fingerprint
+
+    plain = SmallVLA.random(TINY_STEM, seed=4)
+    assert "instruction_film" not in plain.config.identity_json()
+    other_buckets = dataclasses.replace(TINY_STEM, instruction_buckets=77)
+    assert other_buckets.identity_json() == TINY_STEM.identity_json()   # FiLM off: no effect
+    on = dataclasses.replace(TINY_STEM, instruction_film=8)
+    assert '"instruction_film": 8' in on.identity_json()
+    assert on.identity_json() != dataclasses.replace(on, instruction_buckets=77).identity_json()
+    assert model_fingerprint(plain.with_instruction_film(8)) != model_fingerprint(plain)

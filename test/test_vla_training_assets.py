@@ -49,3 +49,13 @@ def test_card_reports_what_was_measured():
     closed = card["closed_loop_ar"]
     assert 0 <= closed["mean_over_suites"] <= 1
     assert (ASSETS / "small_vla.safetensors").stat().st_size < 50e6
+
+
+def test_shipped_model_fingerprint_is_the_one_its_db_was_built_with():
+    """Fields added to the config later (FiLM, off) must not orphan DBs built before them."""
+    from heisd_ros.retrieval.embedding import model_fingerprint
+
+    card = json.loads((ASSETS / "small_vla_card.json").read_text())
+    vla = load_small_vla(DEFAULT_TARGET_PATH)
+    assert vla.config.instruction_film == 0
+    assert model_fingerprint(vla) == card["calibration"]["model_fingerprint"]

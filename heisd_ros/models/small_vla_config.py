@@ -124,6 +124,18 @@ class SmallVLAConfig:
         """The config as JSON (stored in the checkpoint metadata)."""
         return json.dumps(asdict(self), sort_keys=True)
 
+    def identity_json(self) -> str:
+        """The config as JSON without the fields that leave the network unchanged.
+
+        Instruction FiLM off (``instruction_film == 0``) builds no FiLM layers, so neither it
+        nor ``instruction_buckets`` is written then. The retrieval DB's model fingerprint hashes
+        this, so a DB built before those fields existed still matches the same weights.
+        """
+        data = asdict(self)
+        if not self.instruction_film:
+            del data["instruction_film"], data["instruction_buckets"]
+        return json.dumps(data, sort_keys=True)
+
     @classmethod
     def from_json(cls, text: str) -> SmallVLAConfig:
         """Config from :meth:`to_json` output; unknown fields are an error."""

@@ -7,10 +7,12 @@ model (:func:`embed_observation`, :func:`model_fingerprint`, :func:`build_databa
 torch lazily through the target it is given.
 
 The fingerprint identifies the weights and config the embeddings came from; a DB is refused
-when it differs (``open_store(..., model_fingerprint=...)``). Tensors up to
-``_FULL_HASH_ELEMENTS`` elements are hashed whole, larger ones by a fixed strided sample
-(a 7B model is then fingerprinted in well under a second at startup, and any re-training
-still changes the sampled values).
+when it differs (``open_store(..., model_fingerprint=...)``). The config is hashed through its
+``identity_json`` where it has one: fields that leave the network unchanged are left out, so
+adding an optional feature does not orphan existing DBs. Tensors up to ``_FULL_HASH_ELEMENTS``
+elements are hashed whole, larger ones by a fixed strided sample (a 7B model is then
+fingerprinted in well under a second at startup, and any re-training still changes the sampled
+values).
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ def model_fingerprint(target, encoder: str = "vla_pooled") -> str:
         raise ValueError(f"encoder: unknown encoder {encoder!r}; valid: {list(ENCODERS)}")
     digest = hashlib.sha256()
     config = getattr(target, "config", None)
-    if config is not None and hasattr(config, "to_json"):
-        digest.update(config.to_json().encode("utf-8"))
+    identity = getattr(config, "identity_json", None) or getattr(config, "to_json", None)
+    if identity is not None:
+        digest.update(identity().encode("utf-8"))
     modules = [getattr(target, "net", None) or target.language_model]
     for module in modules:
         for name, tensor in sorted(module.state_dict().items()):

@@ -10,7 +10,8 @@ Runs, on the simulated PIPER with the shipped small VLA and an embedded Qdrant E
    Markdown report with plots and a JSON file (``heisd-eval``);
 5. one HeiSD episode recorded to a rosbag2 (``heisd-record``).
 
-Steps whose outputs exist are skipped, so a second run only re-evaluates.
+Steps whose outputs exist are skipped, so a second run only re-evaluates; a DB that no longer
+fits the shipped model (built by an earlier release) is built again.
 
 Examples:
     python -m heisd_ros.tools.demo
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -68,6 +70,29 @@ def _tool(name: str, argv: list[str]) -> None:
         raise SystemExit(f"heisd-{name} failed (exit {code}); see its message above")
 
 
+def _stale_db_reason(db: Path) -> str | None:
+    """Why the demo's DB at ``db`` cannot serve the shipped model, or None (fits or absent).
+
+    A DB from an earlier demo run was built with the model shipped then; after an update of
+    the weights (or of what the fingerprint covers) the store refuses it, and the demo builds
+    it again rather than stopping.
+    """
+    if not (db / "heisd_db.json").exists():
+        return None
+    from heisd_ros.retrieval.embedding import model_fingerprint
+    from heisd_ros.retrieval.errors import MetadataMismatchError
+    from heisd_ros.retrieval.store import open_store
+    from heisd_ros.retrieval.store_config import StoreConfig
+    from heisd_ros.tools._common import load_target
+
+    target, _ = load_target(None)
+    try:
+        open_store(StoreConfig(path=str(db)), model_fingerprint=model_fingerprint(target)).close()
+    except MetadataMismatchError as exc:
+        return str(exc).split(": ", 1)[-1]
+    return None
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     """Command line of the demo."""
     p = argparse.ArgumentParser(prog="heisd-demo", description=__doc__.split("\n")[0])
@@ -106,6 +131,10 @@ def main(argv=None) -> int:
             _tool("collect", ["--suites", args.suite, "--episodes", str(args.demos_per_task),
                               "--seed", "5000", "--out", str(demos), "--format", "npz",
                               "--image-size", str(args.image_size)])
+        stale = _stale_db_reason(db)
+        if stale:
+            print(f"\nthe DB at {db} does not fit the shipped model ({stale}); rebuilding it")
+            shutil.rmtree(db)
         if not (db / "heisd_db.json").exists():
             # Every 3rd demonstration stays out of the DB for heisd-calibrate.
             _tool("build-db", ["--demos", str(demos), "--db", str(db), "--hold-out-every", "3",
