@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from heisd_ros.actions.bins import bins_to_values
+from heisd_ros.actions.normalization import ActionStats
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource
@@ -145,6 +146,34 @@ def test_a_checkpoint_carries_its_rule(tiny_trained_vla, tmp_path):  # noqa: F81
                          extra={"gripper_switch_probability": 1.5})
     with pytest.raises(ValueError, match="gripper_switch_probability"):
         load_small_vla(bad)
+
+
+def test_setting_the_rule_keeps_the_weights_bit_for_bit(tiny_trained_vla, tmp_path):  # noqa: F811
+    from safetensors.torch import load_file, save_file
+
+    from heisd_ros.models.checkpoint import set_gripper_switch_probability
+    from heisd_ros.retrieval.embedding import model_fingerprint
+
+    stats = ActionStats.from_actions(np.random.default_rng(0).normal(0, 0.01, (50, 7)))
+    path = save_small_vla(tiny_trained_vla, tmp_path / "m.safetensors",
+                          extra={"action_stats": stats.to_json()})
+    before = load_file(str(path))
+    set_gripper_switch_probability(path, 0.4)
+    loaded = load_small_vla(path)
+    assert loaded.gripper_switch_probability == pytest.approx(0.4)
+    assert loaded.action_stats.to_json() == stats.to_json()
+    after = load_file(str(path))
+    assert sorted(after) == sorted(before)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    assert model_fingerprint(loaded) == model_fingerprint(load_small_vla(path))
+    set_gripper_switch_probability(path, "none")
+    assert load_small_vla(path).gripper_switch_probability is None
+    with pytest.raises(ValueError, match="gripper_switch_probability"):
+        set_gripper_switch_probability(path, 2.0)
+    other = tmp_path / "other.safetensors"
+    save_file({"w": torch.zeros(2)}, str(other), metadata={"format": "something-else"})
+    with pytest.raises(ValueError, match="format"):
+        set_gripper_switch_probability(other, 0.4)
 
 
 @pytest.mark.parametrize("value, want", [(None, None), ("none", None), ("0.35", 0.35), (0.5, 0.5)])

@@ -9,6 +9,7 @@ layout that is not ours) raises with a message naming the file and the problem.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -114,6 +115,26 @@ def load_small_vla(path, device: str = "cpu", dtype: torch.dtype = torch.float32
         vla.gripper_switch_probability = check_gripper_switch_probability(
             metadata["gripper_switch_probability"], f"{path}: metadata gripper_switch_probability")
     return vla
+
+
+def set_gripper_switch_probability(path, value) -> Path:
+    """Store (or, with None, remove) the gripper decision rule in a small-VLA checkpoint.
+
+    Only the metadata changes: the tensors are written back bit for bit, so the model's
+    fingerprint, its DBs and its draft head stay valid.
+    """
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    value = check_gripper_switch_probability(value)
+    tensors, metadata = read_checkpoint(path, SMALL_VLA_FORMAT)
+    metadata.pop("gripper_switch_probability", None)
+    if value is not None:
+        metadata["gripper_switch_probability"] = repr(value)
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata=metadata)
+    os.replace(tmp, path)
+    return path
 
 
 def check_gripper_switch_probability(value, what: str = "gripper_switch_probability"):
