@@ -214,3 +214,25 @@ def test_a_draft_of_the_plain_greedy_gripper_is_rejected(tiny_random_vla, with_r
         np.testing.assert_array_equal(got.tokens[:GRIPPER], draft[:GRIPPER])
         differs += int(got.tokens[GRIPPER] != draft[GRIPPER])
     assert differs, "no gripper decision changed: this test could not fail"
+
+
+def test_replay_threads_each_methods_own_gripper_decision(tiny_random_vla, tiny_drafter,  # noqa: F811
+                                                         with_rule):
+    from heisd_ros.eval.replay import replay_frames
+
+    vla = with_rule(tiny_random_vla, 0.2)
+    frames = scenes(8, seed=5)
+    want, closed = [], None   # closed loop's bookkeeping, by hand
+    for obs in frames:
+        if closed is not None:
+            obs = replace(obs, extras={**obs.extras, "gripper_closed": closed})
+        result = ActionDecoder(vla).decode(obs)
+        want.append(result.tokens.tolist())
+        closed = bool(result.action[GRIPPER] > 0.5)
+    stateless = [ActionDecoder(vla).decode(obs).tokens.tolist() for obs in frames]
+    assert want != stateless, "the state must change a decision here, or this test cannot fail"
+    decoders = {"ar": ActionDecoder(vla), "drafter": ActionDecoder(vla, DrafterSource(tiny_drafter,
+                                                                                      vla))}
+    out = replay_frames(decoders, frames)
+    for name in decoders:
+        assert [f["methods"][name]["tokens"] for f in out] == want, name

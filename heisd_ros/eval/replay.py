@@ -1,7 +1,9 @@
 """Open-loop replay: every method decodes every recorded frame; per-frame and total metrics.
 
 The method order rotates per frame (as in the bench) so machine-load drift hits all methods
-alike. AR is always decoded and is the reference of agreement and speed-up.
+alike. AR is always decoded and is the reference of agreement and speed-up. Each method decodes
+through a :class:`~heisd_ros.eval.methods.DecoderPolicy`, as in closed loop, so its gripper
+state (for the target's gripper rule) is its own previous decision.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import numpy as np
 
 from heisd_ros.data.observation import Observation
 from heisd_ros.eval import metrics
-from heisd_ros.eval.methods import start_episode, step_record
+from heisd_ros.eval.methods import DecoderPolicy
 
 #: Called after every frame with the number of frames done.
 FrameCallback = Callable[[int], None]
@@ -34,12 +36,15 @@ def replay_frames(decoders: dict, frames: Iterable[Observation],
         raise ValueError(f"decoders: 'ar' is the reference and must be included, got "
                          f"{sorted(decoders)}")
     names = list(decoders)
-    for decoder in decoders.values():
-        start_episode(decoder, task)
+    # As in closed loop, each method's gripper state is its own previous decision (the target's
+    # gripper rule needs one; unknown at the first frame).
+    policies = {n: DecoderPolicy(decoder, task) for n, decoder in decoders.items()}
+    for policy in policies.values():
+        policy.reset()
     out = []
     for i, obs in enumerate(frames):
         shift = i % len(names)
-        steps = {n: step_record(decoders[n].decode(obs)) for n in names[shift:] + names[:shift]}
+        steps = {n: policies[n].act(obs)[1] for n in names[shift:] + names[:shift]}
         ref = steps["ar"]
         for step in steps.values():
             dev = np.abs(np.subtract(step["bins"], ref["bins"]))
