@@ -42,12 +42,15 @@ def tiny(tmp_path_factory):
     return root, str(vla_path), target, str(head)
 
 
-def _head_with_card(path: Path, target, card_target: str) -> str:
+def _head_with_card(path: Path, target, card_target: str, fingerprint: str = "") -> str:
     from heisd_ros.models.checkpoint import save_draft_head
     from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
 
+    card = {"target": card_target}
+    if fingerprint:
+        card["target_fingerprint"] = fingerprint
     return str(save_draft_head(DraftHead(DraftHeadConfig.for_target(target)), path, target,
-                               extra={"card": json.dumps({"target": card_target})}))
+                               extra={"card": json.dumps(card)}))
 
 
 def _router_stats(path: Path, suite: str) -> Path:
@@ -149,12 +152,14 @@ def test_a_calibration_of_another_model_is_refused(tiny, tmp_path):
 # ---------------------------------------------------------------- draft head
 def test_empty_drafter_path_is_the_shipped_head_for_the_shipped_vla():
     from heisd_ros.models.checkpoint import load_small_vla
-    from heisd_ros.tools._common import DEFAULT_TARGET_PATH, file_digest
+    from heisd_ros.retrieval.embedding import model_fingerprint
+    from heisd_ros.tools._common import DEFAULT_TARGET_PATH
 
     assert pd.SHIPPED_DRAFT_HEAD.is_file() and DEFAULT_TARGET_PATH.is_file()
-    sha, card = pd.draft_head_target(pd.SHIPPED_DRAFT_HEAD)
-    assert sha and file_digest(DEFAULT_TARGET_PATH).startswith(sha), card  # assets agree
     target = load_small_vla(DEFAULT_TARGET_PATH)
+    # assets agree: the head was trained for these weights (the file's metadata, its gripper
+    # rule, was written later, so the file's sha256 is not the one the head's card names)
+    assert pd.draft_head_fingerprint(pd.SHIPPED_DRAFT_HEAD) == model_fingerprint(target)
     warnings = []
     for config in (ModelConfig(), ModelConfig(path=str(DEFAULT_TARGET_PATH))):
         head, description = pd.resolve_draft_head(config, target, warnings.append)
@@ -184,6 +189,20 @@ def test_a_draft_head_for_another_target_is_refused(tiny, tmp_path):
     with pytest.raises(ValueError, match=r"model.drafter_path: .*other.safetensors was trained "
                                          r"for the target /runs/old_vla.safetensors"):
         pd.resolve_draft_head(ModelConfig(path=vla, drafter_path=other), target)
+    # another file, the same weights (a metadata-only change of the target): taken
+    from heisd_ros.retrieval.embedding import model_fingerprint
+
+    same_weights = _head_with_card(tmp_path / "same.safetensors", target,
+                                   "/runs/vla.safetensors (sha256 00112233aabbccdd)",
+                                   fingerprint=model_fingerprint(target))
+    _head, description = pd.resolve_draft_head(
+        ModelConfig(path=vla, drafter_path=same_weights), target)
+    assert "trained for this target" in description
+    other_weights = _head_with_card(tmp_path / "other_w.safetensors", target,
+                                    "/runs/old_vla.safetensors (sha256 00112233aabbccdd)",
+                                    fingerprint="SmallVLA:vla_pooled:0123456789abcdef")
+    with pytest.raises(ValueError, match="other_w.safetensors was trained for the target"):
+        pd.resolve_draft_head(ModelConfig(path=vla, drafter_path=other_weights), target)
     # a head whose card does not name its target is taken as it is (and says so)
     _head, description = pd.resolve_draft_head(ModelConfig(path=vla, drafter_path=nocard), target)
     assert "not checked" in description

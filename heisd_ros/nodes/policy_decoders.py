@@ -341,16 +341,47 @@ def _same_sha(a: str, b: str) -> bool:
     return a[:n] == b[:n]
 
 
+def draft_head_fingerprint(path) -> str | None:
+    """The model fingerprint of the target a draft head was trained for (None: not recorded).
+
+    heisd-train-drafter records it as the card's ``target_fingerprint``; it names the target's
+    config and weights, so it survives a metadata-only change of the target file.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            card = json.loads((handle.metadata() or {}).get("card", "{}"))
+    except (OSError, ValueError, SafetensorError):
+        return None
+    value = card.get("target_fingerprint") if isinstance(card, dict) else None
+    return str(value) if value else None
+
+
+def _trained_for(head_path, recorded_sha: str | None, sha: str | None, target) -> bool:
+    """Whether the head at ``head_path`` was trained for ``target`` (file sha or weights)."""
+    if sha is not None and recorded_sha is not None and _same_sha(recorded_sha, sha):
+        return True
+    fingerprint = draft_head_fingerprint(head_path)
+    if fingerprint is None:
+        return False
+    from heisd_ros.retrieval.embedding import model_fingerprint
+
+    return fingerprint == model_fingerprint(target)
+
+
 def resolve_draft_head(config: ModelConfig, target, warn: Callable[[str], None] | None = None):
     """(draft head, description): ``drafter_path``, else the shipped head, else untrained.
 
     The shipped head is taken when the target is the one it was trained for (the shipped
-    small VLA, by sha256); any other target gets a seeded untrained head (exact, no
-    speed-up) and a warning.
+    small VLA: the same file by sha256, or the same weights by model fingerprint, so a
+    metadata-only change such as the gripper rule keeps it); any other target gets a seeded
+    untrained head (exact, no speed-up) and a warning.
 
     Raises:
-        ValueError: ``drafter_path`` names a head trained for another target (its card's
-            sha256 differs from the loaded target file's), or does not fit the target.
+        ValueError: ``drafter_path`` names a head trained for another target (neither its
+            card's sha256 nor its target fingerprint matches the loaded target), or does not
+            fit the target.
         FileNotFoundError: ``drafter_path`` does not exist.
     """
     from heisd_ros.models.checkpoint import load_draft_head
@@ -364,7 +395,7 @@ def resolve_draft_head(config: ModelConfig, target, warn: Callable[[str], None] 
         recorded, text = draft_head_target(config.drafter_path)
         if recorded is None:
             return head, f"draft head {config.drafter_path} (target not recorded, not checked)"
-        if sha is None or not _same_sha(recorded, sha):
+        if not _trained_for(config.drafter_path, recorded, sha, target):
             raise ValueError(f"model.drafter_path: {config.drafter_path} was trained for the "
                              f"target {text}, but the loaded target is {loaded}; use a draft "
                              f"head trained for this target (heisd-train-drafter --target ...) "
@@ -372,7 +403,7 @@ def resolve_draft_head(config: ModelConfig, target, warn: Callable[[str], None] 
         return head, f"draft head {config.drafter_path} (trained for this target)"
     if SHIPPED_DRAFT_HEAD.is_file():
         recorded, text = draft_head_target(SHIPPED_DRAFT_HEAD)
-        if (sha is not None and recorded is not None and _same_sha(recorded, sha)) or (
+        if _trained_for(SHIPPED_DRAFT_HEAD, recorded, sha, target) or (
                 recorded is None and file == DEFAULT_TARGET_PATH):
             return (load_draft_head(SHIPPED_DRAFT_HEAD, target),
                     f"shipped draft head {SHIPPED_DRAFT_HEAD}")

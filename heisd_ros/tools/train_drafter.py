@@ -62,7 +62,12 @@ def train(target, target_description: str, observations, heldout, out_dir, confi
             if trainer.step % checkpoint_every == 0 or trainer.step == config.steps:
                 torch.save(trainer.state_dict(), state_path)
     acceptance = heldout_acceptance(target, head, heldout, tree_config)
-    card = {"target": target_description, "data": data_description,
+    from heisd_ros.retrieval.embedding import model_fingerprint
+
+    # The fingerprint names the target's weights; a metadata-only change of the target file
+    # (e.g. its gripper rule) changes the file's sha256 but not the network the head fits.
+    card = {"target": target_description, "target_fingerprint": model_fingerprint(target),
+            "data": data_description,
             "train_rollouts": len(rollouts), "steps": trainer.step,
             "final_loss": trainer.last_loss, "config": config.to_dict(),
             "heldout": acceptance, "head_config": json.loads(head.config.to_json())}
