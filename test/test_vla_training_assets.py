@@ -59,3 +59,9 @@ def test_shipped_model_fingerprint_is_the_one_its_db_was_built_with():
     vla = load_small_vla(DEFAULT_TARGET_PATH)
     assert vla.config.instruction_film == 0
     assert model_fingerprint(vla) == card["calibration"]["model_fingerprint"]
+
+
+def test_shipped_model_carries_the_gripper_rule_its_card_reports():
+    card = json.loads((ASSETS / "small_vla_card.json").read_text())
+    vla = load_small_vla(DEFAULT_TARGET_PATH)
+    assert vla.gripper_switch_probability == card["gripper_rule"]["gripper_switch_probability"]
