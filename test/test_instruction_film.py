@@ -57,6 +57,11 @@ def test_added_film_is_identity_until_trained():
         assert tokens(base, obs) == tokens(film, obs)
     with pytest.raises(ValueError, match="already"):
         film.with_instruction_film(16)
+    # The new module's weights come from the seed, not from the global RNG.
+    again, other = base.with_instruction_film(16), base.with_instruction_film(16, seed=1)
+    embed = film.net.vision.film.embed.weight
+    assert torch.equal(again.net.vision.film.embed.weight, embed)
+    assert not torch.equal(other.net.vision.film.embed.weight, embed)
 
 
 def test_trained_film_makes_the_vision_features_depend_on_the_instruction():

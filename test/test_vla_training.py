@@ -367,3 +367,35 @@ def test_command_line_adds_instruction_film_and_the_subgoal_objective(tmp_path):
     stage = card["vision_pretraining"]
     assert stage["suites"] == ["suite"] and stage["before_grasp_only"]
     assert stage["pool_steps"] == card["data"]["train_steps"]
+
+
+def test_command_line_pretrains_the_encoder_then_freezes_it_in_one_run(tmp_path):
+    """--pretrain-vision-steps with --freeze-vision: the encoder stage trains the encoder, the
+    joint stage leaves it exactly as that stage did and trains the decoder."""
+    from heisd_ros.tools import train_vla
+
+    common = cli_base_model(tmp_path, "--stem-channels", "8")
+    base = tmp_path / "a" / "small_vla.safetensors"
+    staged = ["--init-from", str(base), "--instruction-film", "16", "--aux-weight", "1",
+              "--aux-subgoals", "--pretrain-vision-steps", "3", "--pretrain-batch-size", "4",
+              "--freeze-vision", "--subgoal-weight", "2"]
+    # The same seeded encoder stage, followed by 1 joint step in one run and by 3 in another.
+    assert train_vla.main(common + ["--out", str(tmp_path / "pre"), *staged, "--steps", "1"]) == 0
+    assert train_vla.main(common + ["--out", str(tmp_path / "b"), *staged, "--steps", "3"]) == 0
+    start = dict(load_small_vla(base).net.named_parameters())
+    pre = dict(load_small_vla(tmp_path / "pre" / "small_vla.safetensors").net.named_parameters())
+    tuned = dict(load_small_vla(tmp_path / "b" / "small_vla.safetensors").net.named_parameters())
+    encoder = [n for n in tuned if n.startswith("vision.") and ".projector." not in n
+               and not n.startswith("vision.projector.")]
+    assert encoder and any(not torch.equal(pre[n], start[n]) for n in encoder if n in start)
+    # Frozen after stage 1: equal up to the runs' float rounding (weights are saved in fp16);
+    # two more Adam steps would move them by about the learning rate.
+    drift = max((tuned[n].float() - pre[n].float()).abs().max().item() for n in encoder)
+    assert drift < 1e-3
+    assert any(not torch.equal(tuned[n], pre[n]) for n in tuned if n.startswith("llm."))
+    card = json.loads((tmp_path / "b" / "card.json").read_text())
+    assert card["training"]["freeze_vision"] and card["training"]["aux_weight"] == 0.0
+    assert card["vision_pretraining"]["steps"] == 3
+    with pytest.raises(ValueError, match="aux-weight"):
+        train_vla.main(common + ["--out", str(tmp_path / "c"), "--init-from", str(base),
+                                 "--pretrain-vision-steps", "2", "--freeze-vision"])

@@ -131,11 +131,12 @@ class SmallVLA(TargetVLA):
                              f"{observation.proprio.shape[0]}")
         return torch.as_tensor(observation.proprio, device=self.device, dtype=torch.float32)
 
-    def with_instruction_film(self, width: int) -> SmallVLA:
+    def with_instruction_film(self, width: int, seed: int = 0) -> SmallVLA:
         """A copy whose vision stem is conditioned on the instruction (``instruction_film``).
 
         Every existing weight is kept; the new FiLM module starts as identity, so the copy
-        decodes exactly like this model until it is trained. Keeps ``action_stats``.
+        decodes exactly like this model until it is trained. Its other weights are drawn from
+        ``seed`` (the global RNG is left untouched). Keeps ``action_stats``.
         """
         import dataclasses
 
@@ -143,7 +144,9 @@ class SmallVLA(TargetVLA):
             raise ValueError(f"with_instruction_film: the model already has instruction FiLM "
                              f"(width {self.config.instruction_film})")
         config = dataclasses.replace(self.config, instruction_film=width)
-        net = SmallVLANet(config).to(next(self.net.parameters()).dtype)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            net = SmallVLANet(config).to(next(self.net.parameters()).dtype)
         missing, unexpected = net.load_state_dict(self.net.state_dict(), strict=False)
         if unexpected or any(not key.startswith("vision.film.") for key in missing):
             raise ValueError(f"with_instruction_film: state dicts differ beyond the FiLM "

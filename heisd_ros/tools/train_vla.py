@@ -29,6 +29,7 @@ resized images are cached in ``OUT/demo_cache_<S>.npz`` (or ``--cache``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -129,7 +130,7 @@ def train(args) -> dict:
                 raise ValueError(f"--init-from: {args.init_from} has no action statistics")
             if args.instruction_film and init.config.instruction_film != args.instruction_film:
                 # Adds the FiLM module (identity at first) to a model trained without it.
-                init = init.with_instruction_film(args.instruction_film)
+                init = init.with_instruction_film(args.instruction_film, args.seed)
             model_config = init.config
         cache_path = Path(args.cache) if args.cache else out / \
             f"demo_cache_{model_config.image_size_px}.npz"
@@ -150,6 +151,16 @@ def train(args) -> dict:
                                 aux_subgoals=args.aux_subgoals,
                                 freeze_vision=args.freeze_vision,
                                 gripper_change_weight=args.gripper_change_weight)
+        # --pretrain-vision-steps with --freeze-vision: two stages in one run. The encoder
+        # stage trains the encoder (and FiLM) on the auxiliary objective; the joint stage
+        # then keeps it as that stage left it and trains the rest without the objective.
+        pre_config = None
+        if args.freeze_vision and args.pretrain_vision_steps:
+            if args.aux_weight <= 0:
+                raise ValueError("--pretrain-vision-steps needs --aux-weight > 0")
+            if not args.resume:
+                pre_config = dataclasses.replace(config, freeze_vision=False)
+            config = dataclasses.replace(config, aux_weight=0.0)
         if init is not None:
             vla = init
         else:
@@ -159,7 +170,7 @@ def train(args) -> dict:
         # Training uses PyTorch's fused attention; the checkpoint keeps the config's
         # (mask-capable) implementation for the decoders.
         vla.net.llm.set_attn_implementation("sdpa")
-        trainer = VLATrainer(vla, cache, train_index, config, stats)
+        trainer = VLATrainer(vla, cache, train_index, pre_config or config, stats)
         if args.resume:
             trainer.load_state_dict(torch.load(state_path, weights_only=False))
         rng = np.random.default_rng(args.seed + 1)
@@ -169,6 +180,8 @@ def train(args) -> dict:
         if args.pretrain_vision_steps and not args.resume:
             card["vision_pretraining"] = run_vision_pretraining(trainer, args, val_subset)
             card_path.write_text(json.dumps(card, indent=2) + "\n")
+        if pre_config is not None:
+            trainer = VLATrainer(vla, cache, train_index, config, stats)  # encoder frozen
         started = time.perf_counter()
         with tqdm(total=config.steps, initial=trainer.step, desc="train", unit="step",
                   disable=args.quiet) as bar:
@@ -311,7 +324,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "the named object)")
     parser.add_argument("--freeze-vision", action="store_true",
                         help="keep the vision encoder (and its FiLM) as the starting model "
-                             "has it; train the projector and the decoder")
+                             "has it, or with --pretrain-vision-steps as that stage leaves it; "
+                             "train the projector and the decoder")
     parser.add_argument("--pretrain-vision-steps", type=int, default=0,
                         help="first train the vision encoder on the auxiliary objective alone "
                              "for this many steps (needs --aux-weight > 0)")
