@@ -370,8 +370,11 @@ def test_command_line_adds_instruction_film_and_the_subgoal_objective(tmp_path):
 
 
 def test_command_line_pretrains_the_encoder_then_freezes_it_in_one_run(tmp_path):
-    """--pretrain-vision-steps with --freeze-vision: the encoder stage trains the encoder, the
-    joint stage leaves it exactly as that stage did and trains the decoder."""
+    """--pretrain-vision-steps with --freeze-vision: two stages in one run.
+
+    The encoder stage trains the encoder; the joint stage leaves it as that stage did and
+    trains the decoder.
+    """
     from heisd_ros.tools import train_vla
 
     common = cli_base_model(tmp_path, "--stem-channels", "8")
