@@ -178,6 +178,13 @@ def test_pretraining_draws_from_the_chosen_suites_before_the_grasp():
     assert len(pretraining_steps(trainer, None, before_grasp=False)) == len(train_index)
     with pytest.raises(ValueError, match="'other', 'suite'"):
         pretraining_steps(trainer, ["piper_object"], before_grasp=False)
+    # A focus share: every training step once, plus the focus steps repeated to about that share.
+    mixed = pretraining_steps(trainer, ["suite"], before_grasp=True, focus_share=0.75)
+    assert set(mixed.tolist()) == set(train_index.tolist())
+    share = np.isin(mixed, pool).mean()
+    assert abs(share - 0.75) < 0.1 and share > np.isin(train_index, pool).mean()
+    with pytest.raises(ValueError, match="share"):
+        pretraining_steps(trainer, ["suite"], before_grasp=True, focus_share=0.0)
 
 
 def test_frozen_vision_stays_as_it_was_and_the_rest_trains():

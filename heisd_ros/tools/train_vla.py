@@ -239,8 +239,15 @@ def train(args) -> dict:
     return card
 
 
-def pretraining_steps(trainer, suites: list[str] | None, before_grasp: bool):
-    """The training steps the vision pretraining stage draws from (see the options)."""
+def pretraining_steps(trainer, suites: list[str] | None, before_grasp: bool,
+                      focus_share: float = 1.0):
+    """The training steps the vision pretraining stage draws from (see the options).
+
+    ``suites`` and ``before_grasp`` select the focus steps. With ``focus_share`` < 1 the pool
+    holds every training step once plus the focus steps repeated, so that a uniform draw from
+    it is a focus step with about that probability (the encoder keeps seeing the whole task
+    while it learns the focus).
+    """
     import numpy as np
 
     from heisd_ros.models.subgoal import before_first_grasp
@@ -257,7 +264,14 @@ def pretraining_steps(trainer, suites: list[str] | None, before_grasp: bool):
         keep &= in_suites[cache.episode[index]]
     if before_grasp:
         keep &= before_first_grasp(cache.actions[:, -1], cache.episode)[index]
-    return index[keep]
+    focus = index[keep]
+    if not 0 < focus_share <= 1:
+        raise ValueError(f"--pretrain-focus-share: expected a share in (0, 1], got {focus_share}")
+    if focus_share == 1 or len(focus) == 0 or len(focus) == len(index):
+        return focus
+    # k repeats of the focus steps among all len(index) steps: share = k f / (n + k f).
+    repeats = max(0, round(focus_share * len(index) / ((1 - focus_share) * len(focus))) - 1)
+    return np.concatenate([index, np.tile(focus, repeats)])
 
 
 def run_vision_pretraining(trainer, args, val_subset) -> dict:
@@ -268,7 +282,8 @@ def run_vision_pretraining(trainer, args, val_subset) -> dict:
 
     if trainer.aux_head is None:
         raise ValueError("--pretrain-vision-steps needs --aux-weight > 0 (the head is shared)")
-    pool = pretraining_steps(trainer, args.pretrain_suites, args.pretrain_before_grasp)
+    pool = pretraining_steps(trainer, args.pretrain_suites, args.pretrain_before_grasp,
+                             args.pretrain_focus_share)
     before = trainer.evaluate(val_subset)["aux_loss"]
     started = time.perf_counter()
     with tqdm(total=args.pretrain_vision_steps, desc="vision", unit="step",
@@ -280,6 +295,7 @@ def run_vision_pretraining(trainer, args, val_subset) -> dict:
     record = {"steps": args.pretrain_vision_steps, "batch_size": args.pretrain_batch_size,
               "lr": args.pretrain_lr, "suites": args.pretrain_suites or "all",
               "before_grasp_only": args.pretrain_before_grasp, "pool_steps": int(len(pool)),
+              "focus_share": args.pretrain_focus_share,
               "val_aux_loss_before": before,
               "val_aux_loss_after": trainer.evaluate(val_subset)["aux_loss"],
               "train_aux_loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
@@ -332,6 +348,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--pretrain-suites", nargs="+", default=None, metavar="SUITE",
                         help="vision pretraining draws only from these suites' episodes "
                              "(e.g. piper_object, where the instruction names the object)")
+    parser.add_argument("--pretrain-focus-share", type=float, default=1.0,
+                        help="with --pretrain-suites / --pretrain-before-grasp: the share of "
+                             "vision pretraining draws that come from those steps; the rest "
+                             "come from every training step (default 1: only those steps)")
     parser.add_argument("--pretrain-before-grasp", action="store_true",
                         help="vision pretraining draws only from the steps before each "
                              "episode's first grasp (with --aux-subgoals: where is the named "
