@@ -10,13 +10,13 @@ Examples:
     heisd-train-vla --demos data/demos_128 --out runs/vla --steps 3000 --threads 2
     heisd-train-vla --demos data/demos_128 --out runs/vla --steps 3000 --resume
     # teach the vision stem to find the object the instruction names (instruction FiLM,
-    # subgoal targets on the steps before the first grasp), then train the decoder on it
-    heisd-train-vla --demos data/demos_128 --out runs/ground \
+    # subgoal targets; half the draws from piper_object's steps before the first grasp, half
+    # from every step), then train the decoder on it with the encoder frozen: one run
+    heisd-train-vla --demos data/demos_128 --out runs/vla_film \
         --init-from runs/vla/small_vla.safetensors --instruction-film 64 --aux-weight 1 \
-        --aux-subgoals --pretrain-vision-steps 2000 --pretrain-suites piper_object \
-        --pretrain-before-grasp --steps 1
-    heisd-train-vla --demos data/demos_128 --out runs/vla_film --freeze-vision \
-        --init-from runs/ground/small_vla.safetensors --subgoal-weight 5 --steps 3000
+        --aux-subgoals --pretrain-vision-steps 3000 --pretrain-suites piper_object \
+        --pretrain-before-grasp --pretrain-focus-share 0.5 --freeze-vision \
+        --subgoal-weight 5 --steps 2500
     # only (re-)evaluate OUT/small_vla.safetensors closed loop and update the card
     heisd-train-vla --demos data/demos_128 --out runs/vla --eval-only \
         --eval-episodes 5
