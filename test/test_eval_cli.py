@@ -91,3 +91,18 @@ def test_eval_gripper_rule_option(tiny_target_path, tmp_path, capsys):
     assert "gripper switches at P >= 0.3" in result["target"]
     assert eval_tool.main([*common, "--gripper-switch-prob", "1.2"]) == 2
     assert "--gripper-switch-prob: expected a probability in (0, 1)" in capsys.readouterr().err
+
+
+def test_retrieval_tree_nodes_option_reaches_the_hybrid_decoders(tiny_target_path, capsys):
+    from heisd_ros.eval.methods import build_method, make_context
+
+    ctx, _ = make_context(tiny_target_path, None, ["retrieval"], retrieval_tree_nodes=16)
+    assert build_method("retrieval", ctx).config.retrieval.tree.node_budget == 16
+    default, _ = make_context(tiny_target_path, None, ["retrieval"])
+    assert build_method("retrieval", default).config.retrieval.tree.node_budget == 64
+    # One action needs 7 nodes: a smaller budget is refused by name, before any episode.
+    common = ["--suites", "piper_goal", "--tasks", "red_block_on_plate", "--episodes", "1",
+              "--max-steps", "2", "--image-size", "32", "--methods", "heisd",
+              "--target", tiny_target_path]
+    assert eval_tool.main([*common, "--retrieval-tree-nodes", "5"]) == 2
+    assert "--retrieval-tree-nodes: node_budget: expected >= 7" in capsys.readouterr().err

@@ -27,7 +27,7 @@ def add_decoder_arguments(parser) -> None:
     """The options every tool that builds decoders by method name shares (eval, record, replay).
 
     ``--target``, ``--drafter``, ``--db``, ``--router-stats``, ``--calibration``,
-    ``--gripper-switch-prob``: see ``heisd_ros.eval.methods``.
+    ``--gripper-switch-prob``, ``--retrieval-tree-nodes``: see ``heisd_ros.eval.methods``.
     """
     parser.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped)")
     parser.add_argument("--drafter", default=None, help="draft head safetensors")
@@ -40,6 +40,10 @@ def add_decoder_arguments(parser) -> None:
                         help="gripper decision rule of the target: change the gripper's state "
                              "when the other state's total probability reaches P in (0, 1); "
                              "'none' = plain greedy (default: what the checkpoint carries)")
+    parser.add_argument("--retrieval-tree-nodes", type=int, default=None, metavar="N",
+                        help="node budget of the retrieval group tree verified in the prefill "
+                             "forward (hybrid methods; default 64). On a CPU every node costs "
+                             "compute; on a GPU the forward is memory-bound and nodes are cheap")
 
 
 def load_target(path: str | None, seed: int = 0, model: str = "small",

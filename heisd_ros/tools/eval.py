@@ -94,7 +94,8 @@ def run(args):
     config = {"suites": list(args.suites), "tasks": [f"{s}/{t}" for s, t in tasks],
               "methods": methods, "episodes_per_task": args.episodes, "seed": args.seed,
               "max_steps": args.max_steps, "image_size_px": args.image_size,
-              "threads": _threads(), "workers": workers}
+              "threads": _threads(), "workers": workers,
+              "retrieval_tree_nodes": args.retrieval_tree_nodes or "default (64)"}
     costs = ComponentCosts(drafter_forward_ms=args.drafter_ms)
     result = {**desc, "config": config, "suites": suites,
               "projection": project(suites["all"], costs),
@@ -113,7 +114,8 @@ def _run_tasks(args, methods, tasks, bar=None):
     sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
     ctx, desc = make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
                              calibration=args.calibration,
-                             gripper_switch_prob=args.gripper_switch_prob)
+                             gripper_switch_prob=args.gripper_switch_prob,
+                             retrieval_tree_nodes=args.retrieval_tree_nodes)
 
     def progress(suite, task, seed, method, success):
         if bar is not None:

@@ -81,7 +81,8 @@ def run(args) -> list[dict]:
             check_methods([args.policy])
             ctx, _ = make_context(args.target, args.drafter, [args.policy], args.seed,
                                   db_path=args.db, calibration=args.calibration,
-                                  gripper_switch_prob=args.gripper_switch_prob)
+                                  gripper_switch_prob=args.gripper_switch_prob,
+                                  retrieval_tree_nodes=args.retrieval_tree_nodes)
             ctx.router_stats = router_stats_for(args.suite, args.router_stats, args.db)
             policy = DecoderPolicy(build_method(args.policy, ctx), task=args.task)
         with tqdm(total=args.episodes, unit="episode", file=sys.stderr) as bar:

@@ -134,7 +134,8 @@ def run(args) -> dict:
         raise ValueError(f"--max-frames: expected >= 1, got {args.max_frames}")
     ctx, desc = make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
                              calibration=args.calibration,
-                             gripper_switch_prob=args.gripper_switch_prob)
+                             gripper_switch_prob=args.gripper_switch_prob,
+                             retrieval_tree_nodes=args.retrieval_tree_nodes)
     ctx.router_stats = router_stats_for(info.custom_data.get("heisd.suite"), args.router_stats,
                                         args.db)
     decoders = {m: build_method(m, ctx) for m in methods}
