@@ -81,6 +81,10 @@ def test_counters_latency_and_speedup():
     lat = metrics.latency_summary([10.0, 20.0, 30.0])
     assert lat["p50_ms"] == 20.0 and 29.0 < lat["p99_ms"] <= 30.0
     assert metrics.speedup([10.0, 10.0], [30.0, 30.0]) == pytest.approx(3.0)
+    # Bimodal latencies: the median shows the fast mode, the mean the rate over the run.
+    fast_slow, ref = [10.0, 10.0, 10.0, 50.0, 50.0], [30.0] * 5
+    assert metrics.speedup(fast_slow, ref) == pytest.approx(3.0)
+    assert metrics.speedup_mean(fast_slow, ref) == pytest.approx(30.0 / 26.0)
 
 
 def test_method_registry_names_and_errors():
