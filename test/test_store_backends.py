@@ -285,3 +285,35 @@ def test_group_tree_runs_without_torch():
             "build_group_tree(np.zeros((2, 7), int), 32000).to_draft_tree()\n"
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_an_embedded_db_open_in_another_process_is_named_as_such(tmp_path):
+    """Qdrant Edge locks a shard's WAL: the second process gets an error that says why."""
+    vecs, payloads = _data(20)
+    cfg = _config("edge", tmp_path)
+    with open_store(cfg, create=True, dimension=DIM, model_fingerprint=FP) as store:
+        store.create_collection(TASK, dimension=DIM)
+        store.upsert(TASK, range(20), vecs, payloads)
+        store.finalize()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         "from heisd_ros.retrieval.store import open_store\n"
+         "from heisd_ros.retrieval.store_config import StoreConfig\n"
+         f"store = open_store(StoreConfig(backend='edge', path={cfg.path!r}))\n"
+         "store.warm_up()\n"
+         "print('ready', flush=True)\n"
+         "time.sleep(60)\n"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with open_store(cfg, dimension=DIM, model_fingerprint=FP) as store:
+            with pytest.raises(BackendError, match="another process has this shard open"):
+                store.warm_up()
+    finally:
+        holder.kill()
+        holder.wait()
+    # Once the other process is gone, the DB opens again.
+    with open_store(cfg, dimension=DIM, model_fingerprint=FP) as store:
+        store.warm_up()
+        assert store.count(TASK) == 20

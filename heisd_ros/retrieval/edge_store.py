@@ -65,6 +65,14 @@ class EdgeStore(VectorStore):
     def _where(self) -> str:
         return f"edge:{self._root}"
 
+    def _hint(self, exc: Exception) -> str:
+        text = str(exc)
+        if "WouldBlock" in text or "init WAL" in text:
+            return (" (another process has this shard open: an embedded DB serves one process "
+                    "at a time; stop the other process, or serve the DB from a Qdrant server "
+                    "with backend: qdrant and a url)")
+        return ""
+
     def _absence_reason(self) -> str:
         if not self._root.exists():
             return "the directory does not exist"

@@ -257,7 +257,12 @@ class VectorStore(abc.ABC):
         except StoreError:
             raise
         except Exception as exc:  # noqa: BLE001 - backend boundary, re-raised with context
-            raise BackendError(f"{what} failed at {self._where()}: {exc}") from exc
+            raise BackendError(f"{what} failed at {self._where()}: {exc}{self._hint(exc)}") \
+                from exc
+
+    def _hint(self, exc: Exception) -> str:
+        """What a person can do about a backend error (appended to its message; "" if unknown)."""
+        return ""
 
     # ----------------------------------------------------------------- backend primitives
     @abc.abstractmethod
