@@ -80,6 +80,7 @@ def summarise_replay(frames: list[dict]) -> dict[str, dict]:
             "latency": metrics.latency_summary(ms),
             "stage_ms_median": metrics.stage_breakdown(steps),
             "speedup_vs_ar": metrics.speedup(ms, ref_ms),
+            "speedup_vs_ar_mean": metrics.speedup_mean(ms, ref_ms),
             "agreement_with_ar": metrics.agreement(
                 np.array([s["bins"] for s in steps]), ref_bins,
                 np.array([s["action"] for s in steps]), ref_actions)}
