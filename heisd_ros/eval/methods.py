@@ -35,8 +35,8 @@ class MethodContext:
         calibration: verify-skip/router calibration (object or JSON path) or None.
         relaxed_radius_bins: per-dimension radius of the relaxed rule (gripper last).
         tree: ``DraftTreeConfig`` of the drafter, None for its default.
-        retrieval_tree_nodes: node budget of the retrieval group tree that rides in the
-            prefill (``GroupTreeConfig.node_budget``), None for its default.
+        retrieval_tree: ``GroupTreeConfig`` of the retrieval tree that rides in the prefill,
+            None for its default.
         extra: free-form options passed through to hybrid factories.
         tasks: the DB collections this process will query (empty = all); an in-process
             store loads only these, so worker processes sharing one DB never lock each
@@ -52,7 +52,7 @@ class MethodContext:
     calibration: Any = None
     relaxed_radius_bins: tuple[int, ...] = DEFAULT_RELAXED_RADIUS_BINS
     tree: Any = None
-    retrieval_tree_nodes: int | None = None
+    retrieval_tree: Any = None
     extra: dict = field(default_factory=dict)
     tasks: tuple[str, ...] = ()
     opened_store: Any = None
@@ -102,8 +102,6 @@ def _hybrid(method: str) -> MethodFactory:
             raise ValueError(f"methods: {method!r} needs heisd_ros.decoding.hybrid, which is "
                              f"not available ({err})") from err
         from heisd_ros.decoding.drafter_source import DraftTreeConfig
-        from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
-        from heisd_ros.decoding.retrieval_tree import GroupTreeConfig
 
         in_process = type(ctx.db).__name__ == "StoreConfig"
         if in_process and ctx.opened_store is None:
@@ -113,9 +111,8 @@ def _hybrid(method: str) -> MethodFactory:
         config = hybrid.HybridConfig(method=method,
                                      relaxed_radius_bins=tuple(ctx.relaxed_radius_bins),
                                      drafter_tree=ctx.tree or DraftTreeConfig())
-        if ctx.retrieval_tree_nodes is not None:
-            config = replace(config, retrieval=RetrievalSourceConfig(
-                tree=GroupTreeConfig(node_budget=ctx.retrieval_tree_nodes)))
+        if ctx.retrieval_tree is not None:
+            config = replace(config, retrieval=replace(config.retrieval, tree=ctx.retrieval_tree))
         return hybrid.build_hybrid_decoder(
             method, ctx.target, draft_head=ctx.drafter,
             retriever=None if in_process else ctx.db,
@@ -260,11 +257,12 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
                 torch.manual_seed(seed)
                 drafter = DraftHead(DraftHeadConfig.for_target(target)).eval()
             drafter_desc = f"random-init draft head (seed={seed}; pass --drafter for a trained one)"
+    retrieval_tree = None
     if retrieval_tree_nodes is not None:
         from heisd_ros.decoding.retrieval_tree import GroupTreeConfig
 
         try:
-            GroupTreeConfig(node_budget=retrieval_tree_nodes)
+            retrieval_tree = GroupTreeConfig(node_budget=retrieval_tree_nodes)
         except ValueError as err:
             raise ValueError(f"--retrieval-tree-nodes: {err}") from err
     db = None
@@ -279,7 +277,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
         db = StoreConfig(backend="edge", path=str(db_path))
     ctx = MethodContext(target=target, drafter=drafter, db=db, calibration=calibration,
                         relaxed_radius_bins=tuple(relaxed_radius_bins), extra=dict(extra or {}),
-                        retrieval_tree_nodes=retrieval_tree_nodes)
+                        retrieval_tree=retrieval_tree)
     return ctx, {"target": target_desc, "drafter": drafter_desc, "db": db_path,
                  "calibration": calibration}
 

@@ -40,10 +40,13 @@ def add_decoder_arguments(parser) -> None:
                         help="gripper decision rule of the target: change the gripper's state "
                              "when the other state's total probability reaches P in (0, 1); "
                              "'none' = plain greedy (default: what the checkpoint carries)")
+    from heisd_ros.decoding.retrieval_tree import GroupTreeConfig
+
     parser.add_argument("--retrieval-tree-nodes", type=int, default=None, metavar="N",
                         help="node budget of the retrieval group tree verified in the prefill "
-                             "forward (hybrid methods; default 64). On a CPU every node costs "
-                             "compute; on a GPU the forward is memory-bound and nodes are cheap")
+                             f"forward (hybrid methods; default {GroupTreeConfig().node_budget}). "
+                             "On a CPU every node costs compute; on a GPU the forward is "
+                             "memory-bound and nodes are cheap")
 
 
 def load_target(path: str | None, seed: int = 0, model: str = "small",

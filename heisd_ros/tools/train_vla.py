@@ -156,8 +156,6 @@ def train(args) -> dict:
         # then keeps it as that stage left it and trains the rest without the objective.
         pre_config = None
         if args.freeze_vision and args.pretrain_vision_steps:
-            if args.aux_weight <= 0:
-                raise ValueError("--pretrain-vision-steps needs --aux-weight > 0")
             if not args.resume:
                 pre_config = dataclasses.replace(config, freeze_vision=False)
             config = dataclasses.replace(config, aux_weight=0.0)
