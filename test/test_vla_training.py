@@ -40,6 +40,9 @@ TINY_FILM = SmallVLAConfig(image_size_px=32, patch_size_px=16, vision_dim=32, vi
                            proprio_dim=7, proprio_features="pose", stem_channels=8,
                            instruction_film=16)
 
+# The instruction's keys/values computed once per episode (text first, padded to a slot).
+TINY_HEAD_FIRST = dataclasses.replace(TINY_STEM, prompt_layout="instruction_first")
+
 
 def synthetic_cache(n_episodes: int = 4, steps: int = 6, seed: int = 0) -> DemoCache:
     """Episodes of two "tasks" whose action depends on the image brightness."""
@@ -76,7 +79,8 @@ def words_of(trainer: VLATrainer, steps: list[int]):
     return trainer._batch(np.asarray(steps), augment=False).words
 
 
-@pytest.mark.parametrize("config", [TINY, TINY_STEM, TINY_FILM], ids=["patch", "stem", "film"])
+@pytest.mark.parametrize("config", [TINY, TINY_STEM, TINY_FILM, TINY_HEAD_FIRST],
+                         ids=["patch", "stem", "film", "instruction_first"])
 def test_batched_loss_matches_single_sample_decode_path(config):
     cache = synthetic_cache()
     trainer = make_trainer(cache, config=config)
@@ -340,6 +344,29 @@ def test_command_line_fine_tunes_from_a_checkpoint_keeping_its_bins(tmp_path):
                 [*init, "--action-quantile", "0.001"]):
         with pytest.raises(SystemExit):
             train_vla.main(common + ["--out", str(tmp_path / "d"), *bad])
+
+
+def test_command_line_fine_tunes_into_the_instruction_first_layout(tmp_path):
+    from heisd_ros.tools import train_vla
+
+    common = cli_base_model(tmp_path)
+    base = load_small_vla(tmp_path / "a" / "small_vla.safetensors")
+    assert base.config.prompt_layout == "vision_first"
+    assert train_vla.main(common + ["--out", str(tmp_path / "b"), "--init-from",
+                                    str(tmp_path / "a" / "small_vla.safetensors"),
+                                    "--prompt-layout", "instruction_first"]) == 0
+    tuned = load_small_vla(tmp_path / "b" / "small_vla.safetensors")
+    assert tuned.config == dataclasses.replace(base.config, prompt_layout="instruction_first")
+    assert tuned.action_stats.to_json() == base.action_stats.to_json()
+    before = dict(base.net.named_parameters())
+    assert any(not torch.equal(p, before[n]) for n, p in tuned.net.named_parameters())
+    obs = Observation(np.zeros((32, 32, 3), np.uint8), None, "do task 1", np.zeros(7, np.float32))
+    assert tuned.encode(obs).static_length == 1 + tuned.config.text_slot
+    # Without --prompt-layout a fine-tune keeps the layout of the model it starts from.
+    assert train_vla.main(common + ["--out", str(tmp_path / "c"), "--init-from",
+                                    str(tmp_path / "b" / "small_vla.safetensors")]) == 0
+    kept = load_small_vla(tmp_path / "c" / "small_vla.safetensors")
+    assert kept.config.prompt_layout == "instruction_first"
 
 
 def test_command_line_adds_instruction_film_and_the_subgoal_objective(tmp_path):

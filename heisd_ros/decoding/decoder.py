@@ -86,7 +86,7 @@ class ActionDecoder:
         hidden, seen_hidden, seen_next = [], None, None
         sources = []
         while len(state.action_tokens) < ACTION_DIM:
-            first_round = state.cached_length == 0
+            first_round = state.cached_length < state.prefix_length   # prompt not all run yet
             tree = None
             if self.source is not None and (self.draft_in_prefill or not first_round):
                 context = DraftContext(

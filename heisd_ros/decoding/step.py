@@ -51,7 +51,6 @@ def speculative_step(target: TargetVLA, state: DecodeState, tree: DraftTree | No
     if needed <= 0:
         raise ValueError(f"state: the action already has {first_dim} tokens")
     tree = (tree if tree is not None else DraftTree.empty()).limit_depth(needed)
-    pending = state.pending_embeds
     out = target.forward(state, tree)
     target_bins = target.target_bins(out, first_dim, state.gripper_closed)
     view = VerifyView(parents=tree.parents, draft_bins=target.actions.bin_of_token(tree.tokens),
@@ -73,7 +72,7 @@ def speculative_step(target: TargetVLA, state: DecodeState, tree: DraftTree | No
     path_tokens = [int(tree.tokens[i]) for i in path]
     new_hidden = torch.cat([out.context_hidden, out.tree_hidden[path]])[None]
     following = path_tokens + ([bonus] if bonus is not None else [])
-    next_embeds = torch.cat([pending[:, 1:], target.embed(following)], dim=1)
+    next_embeds = torch.cat([out.context_embeds[:, 1:], target.embed(following)], dim=1)
     target.commit(state, out, path, bonus)
     return RoundResult(tree=tree, path=path, tokens=following, bonus_token=bonus,
                        target_bins=target_bins,

@@ -1,9 +1,14 @@
 r"""The small VLA that ships with the project: two-camera encoder + ``LlamaForCausalLM``.
 
-Prompt layout (OpenVLA's order, byte-level text):
+Prompt layout (byte-level text), ``prompt_layout="vision_first"`` (OpenVLA's order):
     [bos] [primary patches] [wrist patches] [proprio token, if configured]
     "In: <instruction, lower case>\\nOut:"
-followed by the 7 action tokens. A missing wrist camera is fed as a black image; a missing
+or ``"instruction_first"``:
+    [bos] "In: <instruction, lower case>\\nOut:" [pad ...] [primary patches] [wrist patches]
+    [proprio token]
+with the text padded to ``config.text_slot`` ids, so that the head (bos + text) is the same
+for every step of an episode and its keys/values are reused (``Prefix.static_length``).
+Either is followed by the 7 action tokens. A missing wrist camera is fed as a black image; a missing
 proprioception vector as zeros.
 """
 
@@ -17,7 +22,7 @@ from heisd_ros.data.observation import Observation
 from heisd_ros.models.small_vla_config import SmallVLAConfig
 from heisd_ros.models.target import Prefix, TargetVLA
 from heisd_ros.models.vision import TwoCameraEncoder
-from heisd_ros.models.vocab import BOS_ID
+from heisd_ros.models.vocab import BOS_ID, PAD_ID
 
 PROMPT_TEMPLATE = "In: {instruction}\nOut:"
 
@@ -95,11 +100,19 @@ class SmallVLA(TargetVLA):
             net.llm.lm_head.weight.mul_(lm_head_scale)
         return cls(net)
 
+    @property
+    def instruction_first(self) -> bool:
+        """True when the prompt's text comes before the vision tokens (module docstring)."""
+        return self.config.prompt_layout == "instruction_first"
+
     def prompt_ids(self, instruction: str) -> list[int]:
-        """Token ids of bos + the text part of the prompt (the vision tokens go between)."""
+        """Token ids of bos + the text part of the prompt (padded in ``instruction_first``)."""
         text = PROMPT_TEMPLATE.format(instruction=instruction.strip().lower()
                                       [: self.config.max_instruction_bytes])
-        return [BOS_ID] + self.vocab.encode_text(text, self.config.max_instruction_bytes + 16)
+        ids = self.vocab.encode_text(text, self.config.text_slot)
+        if self.instruction_first:
+            ids += [PAD_ID] * (self.config.text_slot - len(ids))
+        return [BOS_ID] + ids
 
     @torch.no_grad()
     def encode(self, observation: Observation) -> Prefix:
@@ -116,11 +129,15 @@ class SmallVLA(TargetVLA):
                                 vision.word_ids([observation.instruction]))
         ids = self.prompt_ids(observation.instruction)
         text = self.embed(ids)
-        parts = [text[:, :1], tokens.to(text.dtype)]
+        step = [tokens.to(text.dtype)]
         if self.net.proprio is not None:
-            parts.append(self.net.proprio(self._proprio(observation)).reshape(1, 1, -1))
-        parts.append(text[:, 1:])
-        return Prefix(embeds=torch.cat(parts, dim=1), vision_features=pooled.float().cpu())
+            step.append(self.net.proprio(self._proprio(observation)).reshape(1, 1, -1))
+        if self.instruction_first:
+            return Prefix(embeds=torch.cat([text, *step], dim=1),
+                          vision_features=pooled.float().cpu(), static_length=len(ids),
+                          static_key=tuple(ids))
+        return Prefix(embeds=torch.cat([text[:, :1], *step, text[:, 1:]], dim=1),
+                      vision_features=pooled.float().cpu())
 
     def _proprio(self, observation: Observation) -> torch.Tensor:
         dim = self.config.proprio_dim
@@ -153,6 +170,23 @@ class SmallVLA(TargetVLA):
                              f"module (missing {missing}, unexpected {unexpected})")
         copy = SmallVLA(net)
         copy.action_stats = getattr(self, "action_stats", None)
+        return copy
+
+    def with_prompt_layout(self, layout: str) -> SmallVLA:
+        """A copy with the same weights that lays its prompt out as ``layout``.
+
+        The network is unchanged (the layout only orders the prompt), but a model trained in
+        one layout decodes poorly in the other until it is fine-tuned in it. Keeps
+        ``action_stats`` and the gripper rule.
+        """
+        import dataclasses
+
+        config = dataclasses.replace(self.config, prompt_layout=layout)  # validates layout
+        net = SmallVLANet(config).to(next(self.net.parameters()).dtype)
+        net.load_state_dict(self.net.state_dict())
+        copy = SmallVLA(net)
+        copy.action_stats = getattr(self, "action_stats", None)
+        copy.gripper_switch_probability = self.gripper_switch_probability
         return copy
 
     def to(self, device=None, dtype=None) -> SmallVLA:

@@ -9,6 +9,7 @@ from heisd_ros.models.target import MASK_CAPABLE_ATTENTION
 from heisd_ros.models.vocab import ByteVocab
 
 PROPRIO_FEATURES = ("raw", "pose")
+PROMPT_LAYOUTS = ("vision_first", "instruction_first")
 POSE_PROPRIO_DIM = 7
 _POSITIVE_INTS = ("image_size_px", "patch_size_px", "vision_dim", "vision_heads",
                   "hidden_size", "num_layers", "num_heads", "intermediate_size",
@@ -44,6 +45,10 @@ class SmallVLAConfig:
         max_instruction_bytes: longer instructions are cut (UTF-8 bytes).
         max_position_embeddings: upper bound on prompt + action length.
         attn_implementation: "eager" or "sdpa" (must honour a 4D tree mask).
+        prompt_layout: "vision_first" = OpenVLA's order, [bos] [vision] [proprio] [text];
+            "instruction_first" = [bos] [text, padded to a fixed slot] [vision] [proprio], whose
+            text part depends only on the instruction, so its keys/values are computed once
+            per instruction and reused at every step (``Prefix.static_length``).
     """
 
     image_size_px: int = 64
@@ -65,6 +70,7 @@ class SmallVLAConfig:
     max_instruction_bytes: int = 48
     max_position_embeddings: int = 256
     attn_implementation: str = "eager"
+    prompt_layout: str = "vision_first"
 
     def __post_init__(self) -> None:
         for name in _POSITIVE_INTS:
@@ -104,6 +110,9 @@ class SmallVLAConfig:
         if self.attn_implementation not in MASK_CAPABLE_ATTENTION:
             raise ValueError(f"attn_implementation: expected one of {MASK_CAPABLE_ATTENTION}, "
                              f"got {self.attn_implementation!r}")
+        if self.prompt_layout not in PROMPT_LAYOUTS:
+            raise ValueError(f"prompt_layout: expected one of {PROMPT_LAYOUTS}, got "
+                             f"{self.prompt_layout!r}")
         ByteVocab(self.vocab_base, self.model_vocab_size)  # raises on a bad layout
         longest_prompt = 1 + 2 * self.patches_per_camera + 1 + self.max_instruction_bytes + 16
         if self.max_position_embeddings < longest_prompt + 8:
@@ -114,6 +123,14 @@ class SmallVLAConfig:
     def patches_per_camera(self) -> int:
         """Vision tokens per camera."""
         return (self.image_size_px // self.patch_size_px) ** 2
+
+    @property
+    def text_slot(self) -> int:
+        """Most text ids a prompt has (instruction cut to ``max_instruction_bytes`` + template).
+
+        The ``instruction_first`` layout pads every prompt's text to this.
+        """
+        return self.max_instruction_bytes + 16
 
     @property
     def vocab(self) -> ByteVocab:
@@ -128,12 +145,15 @@ class SmallVLAConfig:
         """The config as JSON without the fields that leave the network unchanged.
 
         Instruction FiLM off (``instruction_film == 0``) builds no FiLM layers, so neither it
-        nor ``instruction_buckets`` is written then. The retrieval DB's model fingerprint hashes
-        this, so a DB built before those fields existed still matches the same weights.
+        nor ``instruction_buckets`` is written then; nor is the default ``prompt_layout``. The
+        retrieval DB's model fingerprint hashes this, so a DB built before those fields existed
+        still matches the same weights.
         """
         data = asdict(self)
         if not self.instruction_film:
             del data["instruction_film"], data["instruction_buckets"]
+        if self.prompt_layout == PROMPT_LAYOUTS[0]:
+            del data["prompt_layout"]
         return json.dumps(data, sort_keys=True)
 
     @classmethod

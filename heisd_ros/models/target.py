@@ -12,11 +12,21 @@ Sequence bookkeeping (one :class:`DecodeState` per action):
   sits at ``committed_length + depth(i)`` and attends to the whole context plus its ancestors.
   A tree can thus ride along in the prefill forward (a fully accepted retrieval draft then
   costs one target forward).
+
+Prompt-head reuse: a prompt whose first positions depend only on the instruction
+(``Prefix.static_length``; the small VLA's ``instruction_first`` layout) has their keys and
+values computed once per instruction and copied into each new decode, which then starts with
+them cached and only the per-step positions (vision, proprio) pending. The first forward still
+reports hidden states for the whole prompt, so draft heads see what they would see without
+reuse. The reuse is keyed on the parameters' storage and version counters as well, so a
+model that is trained or re-loaded in place recomputes it.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,10 +50,23 @@ class Prefix:
         embeds: (1, P, H) input embeddings (vision tokens, proprio, instruction).
         vision_features: (n_cameras, D) pooled patch features of each camera (primary first),
             float32 on the CPU; the retrieval DB embeds these.
+        static_length: the first positions of ``embeds`` that depend only on ``static_key``
+            (e.g. bos + the instruction), whose keys/values :meth:`TargetVLA.start` computes
+            once and reuses; 0 = none (every position is run at every step).
+        static_key: what those positions depend on (hashable, e.g. the instruction's ids).
     """
 
     embeds: torch.Tensor
     vision_features: torch.Tensor
+    static_length: int = 0
+    static_key: Hashable | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.static_length < self.embeds.shape[1]:
+            raise ValueError(f"static_length: expected 0 <= n < {self.embeds.shape[1]} (the "
+                             f"prompt length), got {self.static_length}")
+        if self.static_length and self.static_key is None:
+            raise ValueError("static_key: a reusable prompt head needs a key")
 
 
 @dataclass
@@ -57,6 +80,9 @@ class DecodeState:
     action_tokens: list[int] = field(default_factory=list)
     uncommitted_tree: int = 0   # tree nodes appended to the cache by the last forward
     gripper_closed: bool | None = None  # the gripper's current state, for the gripper rule
+    #: (hidden states, input embeddings), each (1, S, H), of a reused prompt head: cached but
+    #: not yet reported; the first forward reports them with its context (see module doc).
+    head: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def committed_length(self) -> int:
@@ -70,7 +96,10 @@ class ForwardOutput:
 
     Attributes:
         tree: the verified tree (empty for a plain AR / prefill forward).
-        context_hidden: (C, H) last-layer hidden states (lm_head input) of the pending positions.
+        context_hidden: (C, H) last-layer hidden states (lm_head input) of the pending positions
+            (preceded, in the first forward of a decode that reuses a prompt head, by the
+            head's positions).
+        context_embeds: (1, C, H) input embeddings of the same positions.
         last_logits: (V,) logits at the last pending position: the target's distribution for
             the root-level tokens.
         tree_hidden: (N, H) hidden states at the tree nodes.
@@ -79,6 +108,7 @@ class ForwardOutput:
 
     tree: DraftTree
     context_hidden: torch.Tensor
+    context_embeds: torch.Tensor
     last_logits: torch.Tensor
     tree_hidden: torch.Tensor
     tree_logits: torch.Tensor
@@ -108,6 +138,10 @@ class TargetVLA(ABC):
                              f"{vocab} output rows")
         self.language_model = language_model
         self.actions = actions
+        self._heads: OrderedDict[Hashable, _CachedHead] = OrderedDict()
+
+    #: How many prompt heads (instructions) :meth:`start` keeps keys/values of.
+    prompt_head_capacity: int = 8
 
     #: Set by a subclass or loader that knows its codec (e.g. OpenVLA's dataset statistics).
     _codec: ActionCodec | None = None
@@ -157,14 +191,50 @@ class TargetVLA(ABC):
         return self.language_model.get_output_embeddings()(hidden)
 
     def start(self, prefix: Prefix, gripper_closed: bool | None = None) -> DecodeState:
-        """A fresh decode whose pending positions are the whole prompt (nothing cached).
+        """A fresh decode whose pending positions are the prompt.
 
+        With ``prefix.static_length`` = S the first S positions start cached (computed on
+        the first use of ``prefix.static_key`` and reused after); else nothing is cached.
         ``gripper_closed``: the gripper's current state (the last command), which the
         gripper rule needs (:meth:`greedy_bins`); None = unknown.
         """
-        return DecodeState(cache=DynamicCache(config=self.language_model.config),
-                           pending_embeds=prefix.embeds, prefix_length=prefix.embeds.shape[1],
-                           gripper_closed=gripper_closed)
+        n_static = prefix.static_length
+        if not n_static:
+            return DecodeState(cache=DynamicCache(config=self.language_model.config),
+                               pending_embeds=prefix.embeds,
+                               prefix_length=prefix.embeds.shape[1],
+                               gripper_closed=gripper_closed)
+        head = self._prompt_head(prefix)
+        cache = DynamicCache(config=self.language_model.config)
+        for i, (keys, values) in enumerate(head.kv):
+            cache.update(keys, values, i)   # commit() replaces, never mutates, these tensors
+        return DecodeState(cache=cache, pending_embeds=prefix.embeds[:, n_static:],
+                           prefix_length=prefix.embeds.shape[1], cached_length=n_static,
+                           gripper_closed=gripper_closed, head=(head.hidden, head.embeds))
+
+    @torch.no_grad()
+    def _prompt_head(self, prefix: Prefix) -> _CachedHead:
+        """Keys/values and hidden states of ``prefix``'s static head, computed once per key."""
+        embeds = prefix.embeds[:, :prefix.static_length]
+        stamp = self._weights_stamp()
+        head = self._heads.get(prefix.static_key)
+        if (head is None or head.stamp != stamp or head.embeds.shape != embeds.shape
+                or not torch.equal(head.embeds, embeds)):
+            cache = DynamicCache(config=self.language_model.config)
+            out = self.language_model.model(inputs_embeds=embeds, past_key_values=cache,
+                                            use_cache=True)
+            head = _CachedHead(stamp=stamp, embeds=embeds.detach().clone(),
+                               hidden=out.last_hidden_state.detach(),
+                               kv=tuple((layer.keys, layer.values) for layer in cache.layers))
+            self._heads[prefix.static_key] = head
+            while len(self._heads) > self.prompt_head_capacity:
+                self._heads.popitem(last=False)
+        self._heads.move_to_end(prefix.static_key)
+        return head
+
+    def _weights_stamp(self) -> tuple:
+        """Identifies the language model's current weights: storage and in-place version."""
+        return tuple((p.data_ptr(), p._version) for p in self.language_model.parameters())
 
     @torch.no_grad()
     def forward(self, state: DecodeState, tree: DraftTree | None = None) -> ForwardOutput:
@@ -192,7 +262,14 @@ class TargetVLA(ABC):
         # lm_head only where a next-token distribution is needed: last pending + tree nodes.
         logits = self.lm_head(hidden[n_ctx - 1:])
         state.uncommitted_tree = n_tree
-        return ForwardOutput(tree=tree, context_hidden=hidden[:n_ctx], last_logits=logits[0],
+        context_hidden, context_embeds = hidden[:n_ctx], state.pending_embeds
+        if state.head is not None:
+            head_hidden, head_embeds = state.head
+            context_hidden = torch.cat([head_hidden[0], context_hidden])
+            context_embeds = torch.cat([head_embeds, context_embeds], dim=1)
+            state.head = None
+        return ForwardOutput(tree=tree, context_hidden=context_hidden,
+                             context_embeds=context_embeds, last_logits=logits[0],
                              tree_hidden=hidden[n_ctx:], tree_logits=logits[1:])
 
     def target_bins(self, out: ForwardOutput, first_dim: int = 0,
@@ -274,6 +351,16 @@ class TargetVLA(ABC):
         else:
             state.pending_embeds = self.embed([next_token])
             state.action_tokens.append(int(next_token))
+
+
+@dataclass(frozen=True)
+class _CachedHead:
+    """A reused prompt head (:meth:`TargetVLA._prompt_head`)."""
+
+    stamp: tuple
+    embeds: torch.Tensor                                 # (1, S, H) its input embeddings
+    hidden: torch.Tensor                                 # (1, S, H) last-layer hidden states
+    kv: tuple[tuple[torch.Tensor, torch.Tensor], ...]    # per layer (keys, values)
 
 
 def tree_attention_mask(past: int, n_ctx: int, tree: DraftTree, dtype: torch.dtype,

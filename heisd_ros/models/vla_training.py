@@ -5,6 +5,8 @@ becomes one teacher-forced sequence, laid out exactly as ``SmallVLA.prefix`` lay
 prompt at inference time::
 
     [bos] [primary patches] [wrist patches] [proprio?] "In: ...\nOut:" a_0 .. a_5
+    (or, with ``prompt_layout="instruction_first"``, [bos] "In: ...\nOut:" [pad...]
+    [primary patches] [wrist patches] [proprio?] a_0 .. a_5)
 
 The hidden state that predicts action token k sits at position P - 1 + k (P = prompt
 length); the loss is the cross-entropy over the 256 action logits only (the decoders' argmax
@@ -344,21 +346,28 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
     b = len(prompts)
     bins_t = torch.as_tensor(np.asarray(bins), dtype=torch.long)
     targets = actions.token_of_bin(bins_t)                                        # (B, 7) ids
-    # Text + the first 6 action tokens (the 7th is only predicted), right-padded.
-    tails = [torch.cat([torch.as_tensor(p[1:], dtype=torch.long), targets[i, :ACTION_DIM - 1]])
-             for i, p in enumerate(prompts)]
-    width = max(len(t) for t in tails)
-    tail_ids = torch.zeros(b, width, dtype=torch.long)
-    for i, tail in enumerate(tails):
-        tail_ids[i, :len(tail)] = tail
-    parts = [emb(torch.full((b, 1), prompts[0][0], dtype=torch.long)), vision]
+    step = [vision]
     if net.proprio is not None:
         p = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
-        parts.append(net.proprio(p).unsqueeze(1))
-    head = sum(part.shape[1] for part in parts)          # positions before the text
-    parts.append(emb(tail_ids))
+        step.append(net.proprio(p).unsqueeze(1))
+    if vla.instruction_first:
+        # [bos] [text, fixed slot] [vision] [proprio] a_0 .. a_5: every sample has one length.
+        text = emb(torch.as_tensor(prompts, dtype=torch.long))
+        parts = [text, *step, emb(targets[:, :ACTION_DIM - 1])]
+        prompt_len = torch.full((b,), sum(part.shape[1] for part in parts[:-1]))
+    else:
+        # Text + the first 6 action tokens (the 7th is only predicted), right-padded.
+        tails = [torch.cat([torch.as_tensor(p[1:], dtype=torch.long),
+                            targets[i, :ACTION_DIM - 1]]) for i, p in enumerate(prompts)]
+        width = max(len(t) for t in tails)
+        tail_ids = torch.zeros(b, width, dtype=torch.long)
+        for i, tail in enumerate(tails):
+            tail_ids[i, :len(tail)] = tail
+        parts = [emb(torch.full((b, 1), prompts[0][0], dtype=torch.long)), *step]
+        head = sum(part.shape[1] for part in parts)          # positions before the text
+        parts.append(emb(tail_ids))
+        prompt_len = torch.as_tensor([head + len(p) - 1 for p in prompts])      # P per sample
     hidden = net.llm.model(inputs_embeds=torch.cat(parts, dim=1)).last_hidden_state
-    prompt_len = torch.as_tensor([head + len(p) - 1 for p in prompts])          # P per sample
     where = prompt_len[:, None] - 1 + torch.arange(ACTION_DIM)[None]              # (B, 7)
     picked = hidden[torch.arange(b)[:, None], where]                              # (B, 7, H)
     logits = actions.action_logits(vla.lm_head(picked)).float()                   # (B, 7, 256)

@@ -115,7 +115,8 @@ def train(args) -> dict:
         num_heads=args.heads, vision_dim=args.vision_dim, vision_layers=args.vision_layers,
         image_size_px=args.image_size, patch_size_px=args.patch_size,
         stem_channels=args.stem_channels, instruction_film=args.instruction_film,
-        proprio_dim=7 if args.proprio else 0, proprio_features="pose" if args.proprio else "raw")
+        proprio_dim=7 if args.proprio else 0, proprio_features="pose" if args.proprio else "raw",
+        prompt_layout=args.prompt_layout or SmallVLAConfig().prompt_layout)
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     command = "heisd-train-vla " + " ".join(shlex.quote(a) for a in args.argv)
     card.setdefault("commands", []).append(command)
@@ -131,6 +132,8 @@ def train(args) -> dict:
             if args.instruction_film and init.config.instruction_film != args.instruction_film:
                 # Adds the FiLM module (identity at first) to a model trained without it.
                 init = init.with_instruction_film(args.instruction_film, args.seed)
+            if args.prompt_layout and init.config.prompt_layout != args.prompt_layout:
+                init = init.with_prompt_layout(args.prompt_layout)
             model_config = init.config
         cache_path = Path(args.cache) if args.cache else out / \
             f"demo_cache_{model_config.image_size_px}.npz"
@@ -304,7 +307,7 @@ def run_vision_pretraining(trainer, args, val_subset) -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command line of ``heisd-train-vla``."""
-    from heisd_ros.models.small_vla_config import SmallVLAConfig
+    from heisd_ros.models.small_vla_config import PROMPT_LAYOUTS, SmallVLAConfig
 
     d = SmallVLAConfig()
     parser = argparse.ArgumentParser(prog="heisd-train-vla", description=__doc__.split("\n")[0])
@@ -360,6 +363,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="width of the instruction-word embedding that conditions the "
                              "vision stem (FiLM); 0 = none. With --init-from a model without "
                              "it, the module is added as identity and trained")
+    parser.add_argument("--prompt-layout", choices=PROMPT_LAYOUTS, default=None,
+                        help="order of the prompt: vision_first (OpenVLA's; the default of a new "
+                             "model) or instruction_first (the instruction's keys/values are "
+                             "computed once per episode). With --init-from: the model's own "
+                             "layout unless given")
     parser.add_argument("--vision-layers", type=int, default=d.vision_layers)
     parser.add_argument("--image-size", type=int, default=d.image_size_px,
                         help="camera images are resized to this many pixels square")
