@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from heisd_ros.actions.bins import N_BINS
 from heisd_ros.actions.normalization import ActionCodec, ActionStats
 from heisd_ros.data.observation import Observation
 from heisd_ros.decoding.decoder import ActionDecoder
@@ -20,6 +21,7 @@ from heisd_ros.models.vla_training import (
     VLATrainConfig,
     VLATrainer,
     action_loss,
+    distillation_loss,
     soft_bin_targets,
     split_episodes,
     wilson_interval,
@@ -122,6 +124,51 @@ def test_training_lowers_the_loss():
         trainer.train_step()
     after = trainer.evaluate(index)["loss"]
     assert after < before - 0.5, (before, after)
+
+
+def test_distillation_moves_a_policy_into_the_instruction_first_layout():
+    cache = synthetic_cache()
+    teacher_trainer = make_trainer(cache, steps=40, config=TINY_STEM)
+    for _ in range(40):
+        teacher_trainer.train_step()
+    teacher, index = teacher_trainer.vla, teacher_trainer.train_index
+    teacher.action_stats = ActionStats.from_actions(cache.actions[index])
+    teacher.net.eval()
+    student = teacher.with_prompt_layout("instruction_first")
+    config = VLATrainConfig(steps=40, batch_size=8, lr=3e-3, warmup_steps=2, seed=1,
+                            distill_weight=1.0)
+    trainer = VLATrainer(student, cache, index, config, teacher.action_stats, teacher=teacher)
+
+    def agreement() -> float:
+        """Share of teacher-forced greedy bins on which student and teacher agree."""
+        with torch.no_grad():
+            images, prompts, bins, proprio, _ = trainer._batch(index, augment=False)
+            ours = action_loss(student, images, prompts, bins, proprio).predicted
+            theirs = trainer._teacher_logits(index, images, bins, proprio).argmax(-1)
+        return float((ours == N_BINS - 1 - theirs).float().mean())
+
+    # Same weights, other layout: a different policy that distillation pulls back.
+    before, agree_before = trainer.evaluate(index), agreement()
+    assert before["distill_kl"] > 0.05
+    for _ in range(40):
+        trainer.train_step()
+    after, agree_after = trainer.evaluate(index), agreement()
+    assert after["distill_kl"] < 0.5 * before["distill_kl"], (before, after)
+    assert agree_after > agree_before, (agree_before, agree_after)
+    # The KL of a model to itself is zero; a different model's is not.
+    same = action_loss(teacher, cache.images[:4], [teacher_trainer.prompts[e]
+                                                   for e in cache.episode[:4]],
+                       teacher_trainer.bins[:4], cache.proprio[:4]).logits
+    assert float(distillation_loss(same, same)) == pytest.approx(0.0, abs=1e-6)
+    assert float(distillation_loss(same, same.flip(-1))) > 0.1
+    # A teacher is required, and its bins must mean the student's actions.
+    with pytest.raises(ValueError, match="teacher"):
+        VLATrainer(student, cache, index, config, teacher.action_stats)
+    other = ActionStats.from_actions(cache.actions[index] * 2.0)
+    with pytest.raises(ValueError, match="action statistics"):
+        VLATrainer(student, cache, index, config, other, teacher=teacher)
+    with pytest.raises(ValueError, match="distill_weight"):
+        VLATrainConfig(distill_weight=1.5)
 
 
 def test_resume_continues_exactly(tmp_path):
@@ -367,6 +414,18 @@ def test_command_line_fine_tunes_into_the_instruction_first_layout(tmp_path):
                                     str(tmp_path / "b" / "small_vla.safetensors")]) == 0
     kept = load_small_vla(tmp_path / "c" / "small_vla.safetensors")
     assert kept.config.prompt_layout == "instruction_first"
+    # Distilled from the model it starts from, in the other layout.
+    base_path = str(tmp_path / "a" / "small_vla.safetensors")
+    assert train_vla.main(common + ["--out", str(tmp_path / "d"), "--init-from", base_path,
+                                    "--prompt-layout", "instruction_first",
+                                    "--distill-from", base_path]) == 0
+    card = json.loads((tmp_path / "d" / "card.json").read_text())
+    assert card["validation"][-1]["distill_kl"] >= 0
+    for bad in (["--distill-weight", "0.5"], ["--distill-from", base_path],
+                ["--init-from", base_path, "--distill-from", base_path,
+                 "--distill-weight", "0"]):
+        with pytest.raises(SystemExit):
+            train_vla.main(common + ["--out", str(tmp_path / "e"), *bad])
 
 
 def test_command_line_adds_instruction_film_and_the_subgoal_objective(tmp_path):

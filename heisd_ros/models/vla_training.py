@@ -194,6 +194,11 @@ class VLATrainConfig:
             steps it follows, so with uniform sampling a policy learns to copy the gripper
             state it sees and never closes on an object; 1 = uniform sampling.
         gripper_change_span: steps from a gripper change that get the weight.
+        distill_weight: share of the loss that is the KL divergence from a teacher model's
+            action distributions on the same (augmented) batch to the student's (knowledge
+            distillation, Hinton et al. 2015); the action loss keeps 1 - distill_weight.
+            0 = none; > 0 needs a teacher (``VLATrainer(teacher=...)``). Used to move a
+            trained policy into another prompt layout with its behaviour.
     """
 
     steps: int = 3000
@@ -212,6 +217,7 @@ class VLATrainConfig:
     subgoal_weight: float = 0.0
     gripper_change_weight: float = 1.0
     gripper_change_span: int = 3
+    distill_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "gripper_change_span"):
@@ -231,6 +237,8 @@ class VLATrainConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}: expected a finite value >= 0, got {value!r}")
+        if not 0 <= self.distill_weight <= 1:
+            raise ValueError(f"distill_weight: expected 0..1, got {self.distill_weight!r}")
         if not self.label_sigma_bins >= 0:
             raise ValueError(f"label_sigma_bins: expected >= 0, got {self.label_sigma_bins!r}")
         if not 0 <= self.min_lr_ratio <= 1:
@@ -317,6 +325,7 @@ class ActionLoss(NamedTuple):
     loss: torch.Tensor            # mean cross-entropy (or soft-label loss) over the tokens
     predicted: torch.Tensor       # (B, 7) argmax bins
     prompt_hidden: torch.Tensor   # (B, H) last-layer hidden state at the last prompt token
+    logits: torch.Tensor          # (B, 7, 256) action logits, column c = bin N_BINS - 1 - c
 
 
 def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bins: np.ndarray,
@@ -378,7 +387,14 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
         loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
     else:
         loss = F.cross_entropy(logits.reshape(-1, N_BINS), columns.reshape(-1))
-    return ActionLoss(loss, N_BINS - 1 - logits.argmax(-1), picked[:, 0])
+    return ActionLoss(loss, N_BINS - 1 - logits.argmax(-1), picked[:, 0], logits)
+
+
+def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """Mean over tokens of KL(teacher || student) between (B, 7, 256) action logits."""
+    student = F.log_softmax(student_logits.float(), dim=-1).reshape(-1, N_BINS)
+    teacher = F.log_softmax(teacher_logits.float(), dim=-1).reshape(-1, N_BINS)
+    return F.kl_div(student, teacher, log_target=True, reduction="batchmean")
 
 
 class Batch(NamedTuple):
@@ -402,7 +418,8 @@ class VLATrainer:
     """Mini-batch behaviour cloning with AdamW; its whole state is resumable."""
 
     def __init__(self, vla: SmallVLA, cache: DemoCache, train_index: np.ndarray,
-                 config: VLATrainConfig, stats: ActionStats, aux_head=None):
+                 config: VLATrainConfig, stats: ActionStats, aux_head=None,
+                 teacher: SmallVLA | None = None):
         from heisd_ros.models.subgoal import SubgoalHead, subgoal_targets
         from heisd_ros.models.vision_pretraining import VisionAuxHead, aux_targets
 
@@ -412,6 +429,22 @@ class VLATrainer:
         self.bins = np.stack([self.codec.encode(a) for a in cache.actions])
         self.prompts = [vla.prompt_ids(text) for text in cache.episode_instructions]
         self.words = vla.net.vision.word_ids(list(cache.episode_instructions))  # None w/o FiLM
+        # Knowledge distillation from a teacher (its own prompt layout and FiLM words).
+        self.teacher = None
+        if config.distill_weight > 0:
+            if teacher is None:
+                raise ValueError("distill_weight: distillation needs a teacher model")
+            teacher_stats = getattr(teacher, "action_stats", None)
+            if teacher_stats is None or teacher_stats.to_json() != stats.to_json():
+                raise ValueError("teacher: its action statistics differ from the student's, "
+                                 "so its bins mean other actions")
+            self.teacher = teacher
+            teacher.net.eval()
+            for param in teacher.net.parameters():
+                param.requires_grad_(False)
+            self.teacher_prompts = [teacher.prompt_ids(text)
+                                    for text in cache.episode_instructions]
+            self.teacher_words = teacher.net.vision.word_ids(list(cache.episode_instructions))
         # The auxiliary vision objective (vision_pretraining.py), when it has a weight.
         self.aux_head = None
         if config.aux_weight > 0:
@@ -487,9 +520,12 @@ class VLATrainer:
             group["lr"] = lr
         self.vla.net.train()
         features = self.vla.net.vision.features(normalise_pixels(images), words)
-        loss, predicted, hidden = action_loss(self.vla, images, prompts, bins, proprio,
-                                              cfg.label_sigma_bins, features=features)
+        loss, predicted, hidden, logits = action_loss(self.vla, images, prompts, bins, proprio,
+                                                      cfg.label_sigma_bins, features=features)
         correct = predicted == torch.as_tensor(bins)
+        if self.teacher is not None:
+            loss = (1 - cfg.distill_weight) * loss + cfg.distill_weight * distillation_loss(
+                logits, self._teacher_logits(index, images, bins, proprio))
         if self.subgoal_head is not None:
             from heisd_ros.models.subgoal import subgoal_loss
 
@@ -510,6 +546,16 @@ class VLATrainer:
         return {"loss": self.last_loss, "acc": float(correct.float().mean()), "lr": lr}
 
     @torch.no_grad()
+    def _teacher_logits(self, index: np.ndarray, images: np.ndarray, bins: np.ndarray,
+                        proprio: np.ndarray) -> torch.Tensor:
+        """The teacher's (B, 7, 256) action logits on the student's batch (same images)."""
+        episodes = self.cache.episode[index]
+        words = (None if self.teacher_words is None
+                 else self.teacher_words[torch.as_tensor(episodes)])
+        return action_loss(self.teacher, images, [self.teacher_prompts[e] for e in episodes],
+                           bins, proprio, words=words).logits
+
+    @torch.no_grad()
     def evaluate(self, index: np.ndarray, batch_size: int = 64) -> dict:
         """Loss and accuracy on ``index`` (no augment).
 
@@ -520,12 +566,16 @@ class VLATrainer:
         self.vla.net.eval()
         total, n, correct, exact = 0.0, 0, 0, 0
         bin_error, aux_total, subgoal_total = np.zeros(ACTION_DIM), 0.0, 0.0
+        distill_total = 0.0
         for start in range(0, len(index), batch_size):
             chunk = np.asarray(index[start:start + batch_size])
             images, prompts, bins, proprio, words = self._batch(chunk, augment=False)
             features = self.vla.net.vision.features(normalise_pixels(images), words)
-            loss, predicted, hidden = action_loss(self.vla, images, prompts, bins, proprio,
-                                                  features=features)
+            loss, predicted, hidden, logits = action_loss(self.vla, images, prompts, bins,
+                                                          proprio, features=features)
+            if self.teacher is not None:
+                distill_total += float(distillation_loss(logits, self._teacher_logits(
+                    chunk, images, bins, proprio))) * len(chunk)
             if self.subgoal_head is not None:
                 from heisd_ros.models.subgoal import subgoal_loss
 
@@ -548,7 +598,9 @@ class VLATrainer:
                 "bin_error": (bin_error / max(n, 1)).round(2).tolist(),
                 **({"aux_loss": aux_total / max(n, 1)} if self.aux_head is not None else {}),
                 **({"subgoal_loss": subgoal_total / max(n, 1)}
-                   if self.subgoal_head is not None else {})}
+                   if self.subgoal_head is not None else {}),
+                **({"distill_kl": distill_total / max(n, 1)} if self.teacher is not None
+                   else {})}
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights, optimiser, step, batch RNG."""

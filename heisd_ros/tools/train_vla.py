@@ -153,7 +153,9 @@ def train(args) -> dict:
                                 subgoal_weight=args.subgoal_weight,
                                 aux_subgoals=args.aux_subgoals,
                                 freeze_vision=args.freeze_vision,
-                                gripper_change_weight=args.gripper_change_weight)
+                                gripper_change_weight=args.gripper_change_weight,
+                                distill_weight=args.distill_weight if args.distill_from else 0.0)
+        teacher = load_small_vla(args.distill_from) if args.distill_from else None
         # --pretrain-vision-steps with --freeze-vision: two stages in one run. The encoder
         # stage trains the encoder (and FiLM) on the auxiliary objective; the joint stage
         # then keeps it as that stage left it and trains the rest without the objective.
@@ -171,7 +173,8 @@ def train(args) -> dict:
         # Training uses PyTorch's fused attention; the checkpoint keeps the config's
         # (mask-capable) implementation for the decoders.
         vla.net.llm.set_attn_implementation("sdpa")
-        trainer = VLATrainer(vla, cache, train_index, pre_config or config, stats)
+        trainer = VLATrainer(vla, cache, train_index, pre_config or config, stats,
+                             teacher=teacher)
         if args.resume:
             trainer.load_state_dict(torch.load(state_path, weights_only=False))
         rng = np.random.default_rng(args.seed + 1)
@@ -182,7 +185,8 @@ def train(args) -> dict:
             card["vision_pretraining"] = run_vision_pretraining(trainer, args, val_subset)
             card_path.write_text(json.dumps(card, indent=2) + "\n")
         if pre_config is not None:
-            trainer = VLATrainer(vla, cache, train_index, config, stats)  # encoder frozen
+            trainer = VLATrainer(vla, cache, train_index, config, stats,  # encoder frozen
+                                 teacher=teacher)
         started = time.perf_counter()
         with tqdm(total=config.steps, initial=trainer.step, desc="train", unit="step",
                   disable=args.quiet) as bar:
@@ -368,6 +372,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "model) or instruction_first (the instruction's keys/values are "
                              "computed once per episode). With --init-from: the model's own "
                              "layout unless given")
+    parser.add_argument("--distill-from", default=None, metavar="MODEL",
+                        help="a trained small VLA (same action statistics) whose action "
+                             "distributions the model learns to match (knowledge distillation), "
+                             "e.g. to move it into another --prompt-layout with its behaviour")
+    parser.add_argument("--distill-weight", type=float, default=None,
+                        help="with --distill-from: share of the loss that is the KL divergence "
+                             "to the teacher (default 1: the action loss is not used)")
     parser.add_argument("--vision-layers", type=int, default=d.vision_layers)
     parser.add_argument("--image-size", type=int, default=d.image_size_px,
                         help="camera images are resized to this many pixels square")
@@ -423,6 +434,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                      "--new-action-stats to compute new ones")
     if not 0.0 <= args.action_quantile < 0.5:
         parser.error(f"--action-quantile: expected [0, 0.5), got {args.action_quantile}")
+    if args.distill_weight is not None and not args.distill_from:
+        parser.error("--distill-weight: only with --distill-from (the teacher)")
+    if args.distill_from:
+        if not args.init_from:
+            parser.error("--distill-from: the student must share the teacher's action bins; "
+                         "start it from a trained model with --init-from")
+        if args.distill_weight is None:
+            args.distill_weight = 1.0
+        if not 0.0 < args.distill_weight <= 1.0:
+            parser.error(f"--distill-weight: expected (0, 1], got {args.distill_weight}")
     args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
 
