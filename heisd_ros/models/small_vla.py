@@ -8,8 +8,8 @@ or ``"instruction_first"``:
     [proprio token]
 with the text padded to ``config.text_slot`` ids, so that the head (bos + text) is the same
 for every step of an episode and its keys/values are reused (``Prefix.static_length``).
-Either is followed by the 7 action tokens. A missing wrist camera is fed as a black image; a missing
-proprioception vector as zeros.
+Either is followed by the 7 action tokens. A missing wrist camera is fed as a black image; a
+missing proprioception vector as zeros.
 """
 
 from __future__ import annotations
