@@ -138,7 +138,8 @@ def test_an_unknown_method_is_refused_naming_the_valid_ones(monkeypatch, capsys,
     with pytest.raises(ValueError) as err:
         graph.launch_overrides({"method": bad})
     assert str(err.value) == (f"method: unknown method {bad!r}; valid: ar, drafter, "
-                              f"drafter_relaxed, retrieval, router_only, router_skip, heisd")
+                              f"drafter_relaxed, retrieval, router_only, router_skip, heisd, "
+                              f"heisd_ar")
     # the launch file: the same error from its OpaqueFunction, and no node is started
     launched = _fake_launch(monkeypatch, {**ARGS, "method": bad})
     description = _load_launch_module().generate_launch_description()

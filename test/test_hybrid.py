@@ -130,6 +130,28 @@ def test_router_only_is_lossless_on_every_route(vla, tiny_drafter, route):  # no
             assert rec.draft_source == DRAFT_RETRIEVAL and rec.accepted_length_per_round == [7]
 
 
+@pytest.mark.parametrize("route", ["drafter-low-F", "retrieval-noisy", "retrieval-perfect"])
+def test_heisd_ar_never_runs_the_draft_head(vla, tiny_drafter, route):  # noqa: F811
+    kind, threshold, history, _ = ROUTES[route]
+    observations = scenes(N_OBS, seed=13)
+    # A head is passed but the method does not use it: AR takes its place.
+    hybrid = HybridDecoder(
+        vla, HybridConfig(method="heisd_ar", retrieval=RS),
+        drafter=DrafterSource(tiny_drafter, vla),
+        retrieval=RetrievalSource(make_client(kind, vla, observations), vla.actions.vocab_base,
+                                  RS), router=router(threshold))
+    ar = ActionDecoder(vla)
+    for obs in observations:
+        got = hybrid.decode(obs, ee_positions_m=history)
+        assert got.stats.drafter_forwards == 0 and got.record.draft_source != DRAFT_DRAFTER
+        if route == "drafter-low-F":   # the router's drafter steps are AR steps
+            assert got.record.router_mode == ROUTER_DRAFTER
+            np.testing.assert_array_equal(got.tokens, ar.decode(obs).tokens)
+            assert got.stats.target_forwards == 7
+        if route == "retrieval-perfect" and not got.record.verify_skipped:
+            assert got.stats.target_forwards == 1
+
+
 @pytest.mark.parametrize("method", ["ar", "drafter", "retrieval"])
 def test_non_router_methods_are_lossless(vla, tiny_drafter, method):  # noqa: F811
     hybrid = HybridDecoder(vla, HybridConfig(method=method, retrieval=RS),

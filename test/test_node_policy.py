@@ -208,7 +208,7 @@ def test_an_unknown_method_is_a_configuration_error_naming_the_valid_ones(graph)
         assert node.config_error == ("policy not configured: invalid parameters: method: "
                                      "unknown method 'hiesd'; "
                                      "valid: ar, drafter, drafter_relaxed, retrieval, "
-                                     "router_only, router_skip, heisd")
+                                     "router_only, router_skip, heisd, heisd_ar")
     finally:
         node.destroy_node()
 

@@ -19,8 +19,11 @@ Methods (the paper's ablation ladder, HEISD_METHOD.md): ``ar``; ``drafter`` (exa
 ``drafter_relaxed`` (Spec-VLA radius); ``retrieval`` (pure retrieval SD, exact: the same
 candidates draft every round, no draft head; a failed query -> AR); ``router_only``;
 ``router_skip`` (+ verify-skip); ``heisd`` (+ sequence-wise group acceptance of retrieval
-drafts). With relaxation and skip off (``ar``, ``drafter``, ``retrieval``, ``router_only``)
-the output equals AR greedy token for token.
+drafts). ``heisd_ar`` is ``heisd`` with AR in place of the draft head (drafter-routed steps
+and the rounds after a partly accepted retrieval draft are plain AR forwards): it tells
+whether the draft head pays for itself on the hardware at hand (on a CPU its rounds can cost
+more per token than AR's forwards). With relaxation and skip off (``ar``, ``drafter``,
+``retrieval``, ``router_only``) the output equals AR greedy token for token.
 
 Gripper safety: every acceptance rule is wrapped so a draft gripper token is only taken when
 it equals the target's own token, and a skipped draft must keep the last executed gripper
@@ -86,6 +89,7 @@ METHODS: dict[str, Switches] = {
     "router_only": Switches(True, True, True, False, False, False),
     "router_skip": Switches(True, True, True, True, False, False),
     "heisd": Switches(True, True, True, True, True, False),
+    "heisd_ar": Switches(False, True, True, True, True, False),
 }
 
 

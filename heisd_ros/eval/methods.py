@@ -18,7 +18,7 @@ import numpy as np
 #: The Spec-VLA relaxed rule's default radius in bins per dimension (gripper exact).
 DEFAULT_RELAXED_RADIUS_BINS = (9, 9, 9, 9, 9, 9, 0)
 #: Methods whose decoder is built by ``heisd_ros.decoding.hybrid.HybridDecoder``.
-HYBRID_METHODS = ("retrieval", "router_only", "router_skip", "heisd")
+HYBRID_METHODS = ("retrieval", "router_only", "router_skip", "heisd", "heisd_ar")
 
 
 @dataclass

@@ -22,9 +22,9 @@ Which files (``model.*``):
   ``calibration_path`` (a file that cannot be read fails the configure step), else from
   ``db_dir`` (the DB directory, launch argument ``db``): ``router_stats_<suite>.json`` of the
   task's suite (resolved per task, so a new sim episode of another suite switches) and
-  ``calibration.json``. A router method (``router_only``, ``router_skip``, ``heisd``) without
-  router statistics runs as drafter SD: one warning per reason, and every HybridStep status
-  says why (:class:`RoutedHybrid`).
+  ``calibration.json``. A router method (``router_only``, ``router_skip``, ``heisd``,
+  ``heisd_ar``) without router statistics runs as drafter SD (``heisd_ar``: AR): one warning
+  per reason, and every HybridStep status says why (:class:`RoutedHybrid`).
 """
 
 from __future__ import annotations
