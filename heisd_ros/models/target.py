@@ -199,18 +199,15 @@ class TargetVLA(ABC):
         gripper rule needs (:meth:`greedy_bins`); None = unknown.
         """
         n_static = prefix.static_length
-        if not n_static:
-            return DecodeState(cache=DynamicCache(config=self.language_model.config),
-                               pending_embeds=prefix.embeds,
-                               prefix_length=prefix.embeds.shape[1],
-                               gripper_closed=gripper_closed)
-        head = self._prompt_head(prefix)
-        cache = DynamicCache(config=self.language_model.config)
-        for i, (keys, values) in enumerate(head.kv):
-            cache.update(keys, values, i)   # commit() replaces, never mutates, these tensors
+        cache, unreported = DynamicCache(config=self.language_model.config), None
+        if n_static:
+            head = self._prompt_head(prefix)
+            for i, (keys, values) in enumerate(head.kv):
+                cache.update(keys, values, i)   # commit() replaces, never mutates, these tensors
+            unreported = (head.hidden, head.embeds)
         return DecodeState(cache=cache, pending_embeds=prefix.embeds[:, n_static:],
                            prefix_length=prefix.embeds.shape[1], cached_length=n_static,
-                           gripper_closed=gripper_closed, head=(head.hidden, head.embeds))
+                           gripper_closed=gripper_closed, head=unreported)
 
     @torch.no_grad()
     def _prompt_head(self, prefix: Prefix) -> _CachedHead:
@@ -218,8 +215,7 @@ class TargetVLA(ABC):
         embeds = prefix.embeds[:, :prefix.static_length]
         stamp = self._weights_stamp()
         head = self._heads.get(prefix.static_key)
-        if (head is None or head.stamp != stamp or head.embeds.shape != embeds.shape
-                or not torch.equal(head.embeds, embeds)):
+        if head is None or head.stamp != stamp or not torch.equal(head.embeds, embeds):
             cache = DynamicCache(config=self.language_model.config)
             out = self.language_model.model(inputs_embeds=embeds, past_key_values=cache,
                                             use_cache=True)
