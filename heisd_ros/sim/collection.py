@@ -2,6 +2,10 @@
 
 Each requested task gets ``episodes`` attempts with seeds ``seed, seed + 1, ...``; attempts in
 which the scripted expert fails are dropped (never written) and counted in the summary.
+With a take-over policy (``collect(..., policy=...)`` and ``CollectConfig.takeover_steps``)
+each attempt is a policy's episode that the expert finishes (DAgger-style data, see
+:func:`~heisd_ros.sim.demos.record_takeover_episode`); attempts the policy finished itself
+before the take-over are dropped and counted too.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from heisd_ros.data.npz_episodes import episode_path, save_episode
 from heisd_ros.data.rosbag_io import make_typestore, write_episode_bag
 from heisd_ros.sim.config import SimConfig
-from heisd_ros.sim.demos import ExecutionNoise, record_expert_episode
+from heisd_ros.sim.demos import ExecutionNoise, record_expert_episode, record_takeover_episode
 from heisd_ros.sim.env import PiperSimEnv
 from heisd_ros.sim.expert import ExpertConfig, ScriptedExpert
 from heisd_ros.sim.suites import get_task, list_tasks
@@ -45,6 +51,9 @@ class CollectConfig:
         max_steps: per-episode step limit (None = each task's own limit).
         noise: DART execution noise (none by default); the recorded action is always the
             expert's own (see :class:`~heisd_ros.sim.demos.ExecutionNoise`).
+        takeover_steps: (first, last) step at which the expert takes over from the policy
+            passed to :func:`collect`, drawn uniformly per attempt (seeded by its seed);
+            None = the expert's own episodes.
     """
 
     suites: tuple[str, ...]
@@ -56,8 +65,14 @@ class CollectConfig:
     overwrite: bool = False
     max_steps: int | None = None
     noise: ExecutionNoise = ExecutionNoise()
+    takeover_steps: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
+        if self.takeover_steps is not None:
+            first, last = self.takeover_steps
+            if not 0 <= first <= last:
+                raise ValueError(f"takeover_steps: expected 0 <= first <= last, got "
+                                 f"{self.takeover_steps}")
         if not self.suites:
             raise ValueError("suites: expected at least one suite name")
         if self.episodes < 1:
@@ -83,36 +98,65 @@ class CollectConfig:
         return len(self.selected()) * self.episodes
 
 
+def takeover_step(config: CollectConfig, seed: int) -> int:
+    """The step at which the expert takes over in attempt ``seed`` (reproducible)."""
+    first, last = config.takeover_steps
+    return int(np.random.default_rng([seed, 0x7A0E]).integers(first, last + 1))
+
+
 def collect(config: CollectConfig, sim_config: SimConfig | None = None,
             expert_config: ExpertConfig | None = None,
-            progress: ProgressCallback | None = None) -> dict:
-    """Record demonstrations; return the JSON-serialisable summary (also the summary file's)."""
+            progress: ProgressCallback | None = None, policy=None,
+            policy_description: str = "") -> dict:
+    """Record demonstrations; return the JSON-serialisable summary (also the summary file's).
+
+    ``policy`` (with ``config.takeover_steps``): drives each attempt until the expert takes
+    over; a ``task`` attribute, if it has one, is set to the task name (hybrid decoders' DB
+    collection).
+    """
+    if (policy is None) != (config.takeover_steps is None):
+        raise ValueError("policy and takeover_steps: pass both (take-over collection) or "
+                         "neither")
     out = Path(config.out_dir)
     _check_free(out, config)
     typestore = make_typestore() if config.fmt != "npz" else None
     per_task = {}
     for suite, task in config.selected():
-        kept, dropped, steps = [], [], []
+        kept, dropped, steps, policy_done = [], [], [], []
+        if policy is not None and hasattr(policy, "task"):
+            policy.task = task
         with PiperSimEnv(get_task(suite, task), sim_config) as env:
             expert = ScriptedExpert(env, expert_config)
             for seed in range(config.seed, config.seed + config.episodes):
-                record = record_expert_episode(env, expert, seed, config.max_steps,
-                                               config.noise)
-                if record.success:
+                if policy is None:
+                    record = record_expert_episode(env, expert, seed, config.max_steps,
+                                                   config.noise)
+                else:
+                    record = record_takeover_episode(
+                        env, expert, policy, seed, takeover_step(config, seed),
+                        config.max_steps, config.noise).record
+                    if record is None:
+                        policy_done.append(seed)
+                if record is not None and record.success:
                     _write(record, out, config, typestore)
                     kept.append(seed)
                     steps.append(record.num_steps)
                 else:
                     dropped.append(seed)
                 if progress is not None:
-                    progress(suite, task, seed, record.success)
+                    progress(suite, task, seed, record is not None and record.success)
         per_task[f"{suite}/{task}"] = {
             "attempted": config.episodes, "kept": len(kept), "dropped": len(dropped),
             "dropped_seeds": dropped,
             "mean_steps": round(sum(steps) / len(steps), 1) if steps else None}
+        if policy is not None:
+            per_task[f"{suite}/{task}"]["policy_succeeded_seeds"] = policy_done
+    takeover = None if policy is None else {
+        "steps": list(config.takeover_steps), "policy": policy_description or repr(policy)}
     return {
         "format": config.fmt, "out_dir": str(out), "seed": config.seed,
         "episodes_per_task": config.episodes, "execution_noise": asdict(config.noise),
+        "takeover": takeover,
         "total_kept": sum(v["kept"] for v in per_task.values()),
         "total_dropped": sum(v["dropped"] for v in per_task.values()),
         "tasks": per_task, "sim_config": asdict(sim_config or SimConfig()),

@@ -78,17 +78,78 @@ def record_expert_episode(env: PiperSimEnv, expert: ScriptedExpert, seed: int,
     action plus noise (seeded by ``seed``) and the record keeps the expert's action as the
     label (see :class:`ExecutionNoise`).
     """
-    task = env.task
-    limit = task.max_steps if max_steps is None else int(max_steps)
-    if limit < 1:
-        raise ValueError(f"max_steps: expected >= 1, got {max_steps}")
-    noise = noise if noise is not None and noise.active else None
-    noise_rng = np.random.default_rng([seed, 0xDA27])
+    limit = _step_limit(env, max_steps)
     observation = env.reset(seed)
     expert.reset(seed)
+    return _record_expert(env, expert, observation, seed, limit, noise,
+                          {"source": "scripted_expert"})
+
+
+@dataclasses.dataclass(frozen=True)
+class TakeoverResult:
+    """A :func:`record_takeover_episode` attempt.
+
+    ``record`` is None when the policy ended the episode itself (it succeeded before the
+    take-over step): there is nothing to relabel.
+    """
+
+    record: EpisodeRecord | None
+    takeover_step: int
+    policy_steps: int
+
+
+def record_takeover_episode(env: PiperSimEnv, expert: ScriptedExpert, policy, seed: int,
+                            takeover_step: int, max_steps: int | None = None,
+                            noise: ExecutionNoise | None = None) -> TakeoverResult:
+    """A policy drives for ``takeover_step`` steps, then the expert finishes the episode.
+
+    Only the expert's part is recorded, starting at the state the policy left: states a
+    policy really reaches (heading for the wrong object, off the demonstrations' paths),
+    labelled with the expert's way to the goal from there. This is the data-aggregation
+    step of DAgger (Ross et al., "A Reduction of Imitation Learning and Structured Prediction
+    to No-Regret Online Learning", AISTATS 2011), with the expert taking over rather than
+    labelling every policy step: our expert plans segments, so its labels are consistent
+    only along its own continuation. ``policy`` has ``act(observation)`` (an action, or
+    (action, stats)) and optionally ``reset()``. The step limit counts both parts.
+    """
+    if takeover_step < 0:
+        raise ValueError(f"takeover_step: expected >= 0, got {takeover_step}")
+    limit = _step_limit(env, max_steps)
+    observation = env.reset(seed)
+    if callable(getattr(policy, "reset", None)):
+        policy.reset()
+    act = policy.act if callable(getattr(policy, "act", None)) else policy
+    steps = 0
+    for steps in range(1, min(takeover_step, limit) + 1):
+        output = act(observation)
+        action = output[0] if isinstance(output, tuple) else output
+        result = env.step(np.asarray(action, dtype=np.float64))
+        observation = result.observation
+        if result.success:
+            return TakeoverResult(None, takeover_step, steps)
+    expert.take_over(seed)
+    record = _record_expert(env, expert, observation, seed, limit - steps, noise,
+                            {"source": "expert_takeover", "takeover_step": int(takeover_step),
+                             "policy_steps": int(steps)})
+    return TakeoverResult(record, takeover_step, steps)
+
+
+def _step_limit(env: PiperSimEnv, max_steps: int | None) -> int:
+    limit = env.task.max_steps if max_steps is None else int(max_steps)
+    if limit < 1:
+        raise ValueError(f"max_steps: expected >= 1, got {max_steps}")
+    return limit
+
+
+def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: int,
+                   limit: int, noise: ExecutionNoise | None, metadata: dict) -> EpisodeRecord:
+    """The expert's steps from ``observation`` on, until success or ``limit`` steps."""
+    task = env.task
+    noise = noise if noise is not None and noise.active else None
+    noise_rng = np.random.default_rng([seed, 0xDA27])
     recorder = EpisodeRecorder(task.suite, task.name, task.instruction, seed,
                                env.config.control_rate_hz,
-                               metadata={"source": "scripted_expert",
+                               metadata={**metadata,
                                          "sim_config": dataclasses.asdict(env.config),
                                          "expert_config": dataclasses.asdict(expert.config),
                                          "execution_noise": dataclasses.asdict(

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from heisd_ros.sim.arm_geometry import TCP_OFFSET_M
+from heisd_ros.sim.arm_geometry import GRIPPER_RANGE_M, TCP_OFFSET_M
 from heisd_ros.sim.env import TOOL_TILT_RAD, PiperSimEnv
+from heisd_ros.sim.predicates import goal_satisfied
 from heisd_ros.sim.rotations import matrix_to_rotvec, matrix_to_rpy, tool_down_rotation
 from heisd_ros.sim.tasks import Goal
 from heisd_ros.sim.trajectories import (
@@ -115,6 +116,22 @@ class ScriptedExpert:
         self._last = _Pose(pos + rot @ _TCP_LOCAL, rot, False)
         self._script = self._run()
 
+    def take_over(self, seed: int) -> None:
+        """Plan the rest of the episode from the current, mid-episode state (DAgger-style).
+
+        For relabelling the states another policy reached: goals that already hold are
+        skipped; an object the gripper carries is placed if it is the next goal's; then the
+        remaining goals are picked and placed as in a fresh episode (any other held object is
+        let go as the transit to the next pick starts, whose waypoints open the gripper).
+        The plan starts from the commanded pose and gripper state, as ``reset`` does at an
+        episode's start. ``seed`` seeds the expert's noise.
+        """
+        self._rng = np.random.default_rng(seed)
+        pos, rot = self.env.commanded_pose
+        closed = self.env.gripper_width_command_m < 0.5 * GRIPPER_RANGE_M[1]
+        self._last = _Pose(pos + rot @ _TCP_LOCAL, rot, closed)
+        self._script = self._run(resume=True)
+
     def act(self, observation=None) -> np.ndarray:
         """The next delta action; holds still with the gripper open once the script ends."""
         if self._last is None:
@@ -126,8 +143,16 @@ class ScriptedExpert:
                                [1.0 if self._last.closed else 0.0]])
 
     # ---- the script --------------------------------------------------------------------
-    def _run(self) -> Iterator[_Pose]:
-        for index, goal in enumerate(self.env.task.goals):
+    def _run(self, resume: bool = False) -> Iterator[_Pose]:
+        task = self.env.task
+        goals = list(enumerate(task.goals))
+        if resume:
+            goals = [(i, g) for i, g in goals if not goal_satisfied(self.env, task, g)]
+            held = [o.name for o in task.objects if self._holding(o.name)]
+            if goals and goals[0][1].obj in held:  # carrying the next goal's object
+                index, goal = goals.pop(0)
+                yield from self._place(goal, index)
+        for index, goal in goals:
             for _ in range(self.config.max_grasp_attempts):
                 yield from self._pick(goal.obj)
                 if self._holding(goal.obj):

@@ -7,6 +7,10 @@ Examples:
     heisd-collect --suites piper_long --episodes 2 --format mcap --out bags --overwrite
     heisd-collect --suites piper_goal --episodes 50 --seed 2000 --execution-noise-m 0.003 \\
         --execution-noise-rad 0.003 --out demos_dart    # DART: the arm executes label + noise
+    heisd-collect --suites piper_object --episodes 40 --seed 8000 --takeover-policy \
+        heisd_ros/assets/small_vla.safetensors --takeover-steps 5 60 --out demos_takeover
+        # DAgger-style: the VLA (AR) drives, the expert takes over and finishes; recorded
+        # from the take-over on
 
 Each task gets --episodes attempts with seeds --seed, --seed + 1, ...; attempts the scripted
 expert fails are dropped and counted. Output: <out>/<suite>/<task>/episode_<seed>.npz (compact
@@ -73,7 +77,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--release-wait-steps", type=int, default=expert.release_wait_steps,
                         help="expert: steps it holds still after opening the gripper "
                              "(the first datasets' expert: 4)")
+    parser.add_argument("--takeover-policy", metavar="VLA", default=None,
+                        help="a small VLA checkpoint that drives each attempt (AR decoding with "
+                             "its gripper rule) until the expert takes over; only the expert's "
+                             "part is recorded (states the policy reached, expert labels)")
+    parser.add_argument("--takeover-steps", type=int, nargs=2, metavar=("FIRST", "LAST"),
+                        default=(5, 60),
+                        help="with --takeover-policy: the take-over step, uniform in "
+                             "[FIRST, LAST], seeded per attempt")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of the take-over policy")
     return parser
+
+
+def _takeover_policy(args):
+    """(DecoderPolicy with AR decoding, description) of --takeover-policy, or (None, "")."""
+    if args.takeover_policy is None:
+        return None, ""
+    import torch
+
+    from heisd_ros.eval.methods import DecoderPolicy, build_method, make_context
+
+    torch.set_num_threads(max(1, args.threads))
+    ctx, desc = make_context(args.takeover_policy, None, ["ar"])
+    return DecoderPolicy(build_method("ar", ctx)), f"ar: {desc['target']}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                                max_steps=args.max_steps,
                                noise=ExecutionNoise(args.execution_noise_m,
                                                     args.execution_noise_rad,
-                                                    args.kick_probability, args.kick_m))
+                                                    args.kick_probability, args.kick_m),
+                               takeover_steps=(tuple(args.takeover_steps)
+                                               if args.takeover_policy else None))
+        policy, policy_desc = _takeover_policy(args)
         sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
         expert_config = ExpertConfig(transit_head_start=args.transit_head_start,
                                      gripper_lead_steps=args.gripper_lead_steps,
@@ -102,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                 bar.set_postfix(task=task, **counts)
                 bar.update(1)
 
-            summary = collect(config, sim_config, expert_config, progress=progress)
+            summary = collect(config, sim_config, expert_config, progress=progress,
+                              policy=policy, policy_description=policy_desc)
     except ValueError as err:
         print(f"heisd-collect: {err}", file=sys.stderr)
         return 2
