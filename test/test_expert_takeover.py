@@ -100,6 +100,22 @@ def test_a_goal_that_already_holds_is_not_done_again():
         assert goal_satisfied(env, task, task.goals[0])
 
 
+def test_unrecorded_steps_are_executed_but_left_out_of_the_record():
+    with PiperSimEnv(get_task("piper_goal", "red_block_on_plate"), SMALL) as env:
+        whole = record_takeover_episode(env, ScriptedExpert(env), ExpertUntil(env), 4, 12)
+        part = record_takeover_episode(env, ScriptedExpert(env), ExpertUntil(env), 4, 12,
+                                       unrecorded_steps=5)
+        assert whole.record.success and part.record.success
+        assert part.record.num_steps == whole.record.num_steps - 5
+        # the same run, its first five expert steps cut: same states, same labels
+        assert np.allclose(part.record.ee_position_m, whole.record.ee_position_m[5:])
+        assert np.allclose(part.record.action, whole.record.action[5:])
+        assert part.record.metadata["unrecorded_steps"] == 5
+        with pytest.raises(ValueError, match="unrecorded_steps"):
+            record_takeover_episode(env, ScriptedExpert(env), ExpertUntil(env), 4, 12,
+                                    unrecorded_steps=-1)
+
+
 def test_a_policy_that_finishes_before_the_take_over_leaves_nothing_to_record():
     with PiperSimEnv(get_task("piper_goal", "red_block_on_plate"), SMALL) as env:
         result = record_takeover_episode(env, ScriptedExpert(env), ExpertUntil(env), 5, 10_000)
@@ -122,7 +138,8 @@ def test_collect_with_a_takeover_policy_counts_and_describes_it(tmp_path):
         policy = Policy(env)
         summary = collect(config, SMALL, policy=policy, policy_description="expert")
     assert policy.task == "red_block_on_plate"
-    assert summary["takeover"] == {"steps": [20, 40], "policy": "expert"}
+    assert summary["takeover"] == {"steps": [20, 40], "policy": "expert",
+                                   "unrecorded_steps": 0}
     entry = summary["tasks"]["piper_goal/red_block_on_plate"]
     assert entry["kept"] >= 1 and entry["policy_succeeded_seeds"] == []
     paths = iter_episode_paths(tmp_path / "d")
@@ -142,11 +159,13 @@ def test_heisd_collect_takeover_policy_runs_the_small_vla(tmp_path, capsys):
     code = main(["--suites", "piper_goal", "--tasks", "red_block_on_plate", "--episodes", "1",
                  "--seed", "3", "--image-size", "128", "--out", str(out),
                  "--takeover-policy", str(SHIPPED_VLA),
-                 "--takeover-steps", "4", "4"])
+                 "--takeover-steps", "4", "4", "--takeover-unrecorded-steps", "2"])
     assert code == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
     run = summary["runs"][-1]
     assert run["takeover"]["steps"] == [4, 4] and run["takeover"]["policy"].startswith("ar: ")
+    assert run["takeover"]["unrecorded_steps"] == 2
     for path in iter_episode_paths(out):
         meta = load_episode(path).metadata
         assert meta["policy_steps"] == 4 and meta["source"] == "expert_takeover"
+        assert meta["unrecorded_steps"] == 2

@@ -54,6 +54,8 @@ class CollectConfig:
         takeover_steps: (first, last) step at which the expert takes over from the policy
             passed to :func:`collect`, drawn uniformly per attempt (seeded by its seed);
             None = the expert's own episodes.
+        takeover_unrecorded_steps: the expert's first steps after a take-over that are
+            executed but not recorded (see :func:`~heisd_ros.sim.demos.record_takeover_episode`).
     """
 
     suites: tuple[str, ...]
@@ -66,6 +68,7 @@ class CollectConfig:
     max_steps: int | None = None
     noise: ExecutionNoise = ExecutionNoise()
     takeover_steps: tuple[int, int] | None = None
+    takeover_unrecorded_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.takeover_steps is not None:
@@ -73,6 +76,9 @@ class CollectConfig:
             if not 0 <= first <= last:
                 raise ValueError(f"takeover_steps: expected 0 <= first <= last, got "
                                  f"{self.takeover_steps}")
+        if self.takeover_unrecorded_steps < 0:
+            raise ValueError(f"takeover_unrecorded_steps: expected >= 0, got "
+                             f"{self.takeover_unrecorded_steps}")
         if not self.suites:
             raise ValueError("suites: expected at least one suite name")
         if self.episodes < 1:
@@ -134,7 +140,8 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
                 else:
                     record = record_takeover_episode(
                         env, expert, policy, seed, takeover_step(config, seed),
-                        config.max_steps, config.noise).record
+                        config.max_steps, config.noise,
+                        config.takeover_unrecorded_steps).record
                     if record is None:
                         policy_done.append(seed)
                 if record is not None and record.success:
@@ -152,7 +159,8 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
         if policy is not None:
             per_task[f"{suite}/{task}"]["policy_succeeded_seeds"] = policy_done
     takeover = None if policy is None else {
-        "steps": list(config.takeover_steps), "policy": policy_description or repr(policy)}
+        "steps": list(config.takeover_steps), "policy": policy_description or repr(policy),
+        "unrecorded_steps": config.takeover_unrecorded_steps}
     return {
         "format": config.fmt, "out_dir": str(out), "seed": config.seed,
         "episodes_per_task": config.episodes, "execution_noise": asdict(config.noise),

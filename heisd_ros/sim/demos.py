@@ -100,7 +100,8 @@ class TakeoverResult:
 
 def record_takeover_episode(env: PiperSimEnv, expert: ScriptedExpert, policy, seed: int,
                             takeover_step: int, max_steps: int | None = None,
-                            noise: ExecutionNoise | None = None) -> TakeoverResult:
+                            noise: ExecutionNoise | None = None,
+                            unrecorded_steps: int = 0) -> TakeoverResult:
     """A policy drives for ``takeover_step`` steps, then the expert finishes the episode.
 
     Only the expert's part is recorded, starting at the state the policy left: states a
@@ -111,9 +112,16 @@ def record_takeover_episode(env: PiperSimEnv, expert: ScriptedExpert, policy, se
     labelling every policy step: our expert plans segments, so its labels are consistent
     only along its own continuation. ``policy`` has ``act(observation)`` (an action, or
     (action, stats)) and optionally ``reset()``. The step limit counts both parts.
+
+    ``unrecorded_steps``: the expert's first steps after the take-over are executed but not
+    recorded. Its plan starts each segment from rest (a transit at 41% of peak speed), so
+    where the policy was mid-transit the first labels say "slow down" at states whose
+    demonstration labels say "keep going"; leaving them out keeps the two consistent.
     """
     if takeover_step < 0:
         raise ValueError(f"takeover_step: expected >= 0, got {takeover_step}")
+    if unrecorded_steps < 0:
+        raise ValueError(f"unrecorded_steps: expected >= 0, got {unrecorded_steps}")
     limit = _step_limit(env, max_steps)
     observation = env.reset(seed)
     if callable(getattr(policy, "reset", None)):
@@ -130,7 +138,9 @@ def record_takeover_episode(env: PiperSimEnv, expert: ScriptedExpert, policy, se
     expert.take_over(seed)
     record = _record_expert(env, expert, observation, seed, limit - steps, noise,
                             {"source": "expert_takeover", "takeover_step": int(takeover_step),
-                             "policy_steps": int(steps)})
+                             "policy_steps": int(steps),
+                             "unrecorded_steps": int(unrecorded_steps)},
+                            skip=unrecorded_steps)
     return TakeoverResult(record, takeover_step, steps)
 
 
@@ -142,8 +152,12 @@ def _step_limit(env: PiperSimEnv, max_steps: int | None) -> int:
 
 
 def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: int,
-                   limit: int, noise: ExecutionNoise | None, metadata: dict) -> EpisodeRecord:
-    """The expert's steps from ``observation`` on, until success or ``limit`` steps."""
+                   limit: int, noise: ExecutionNoise | None, metadata: dict,
+                   skip: int = 0) -> EpisodeRecord:
+    """The expert's steps from ``observation`` on, until success or ``limit`` steps.
+
+    The first ``skip`` steps are executed but not recorded.
+    """
     task = env.task
     noise = noise if noise is not None and noise.active else None
     noise_rng = np.random.default_rng([seed, 0xDA27])
@@ -156,10 +170,15 @@ def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: 
                                              noise or ExecutionNoise())})
     state = env.robot_state()
     success = False
-    for _ in range(limit):
+    for step in range(limit):
         action = expert.act(observation)
         executed = action + noise.sample(noise_rng) if noise is not None else action
         result = env.step(executed)
+        if step < skip:
+            observation, state = result.observation, result.state
+            if result.success:
+                break  # done before anything was recorded: an empty, failed record
+            continue
         recorder.add(image_third_person=observation.image_primary,
                      image_wrist=observation.image_wrist,
                      joint_positions_rad=state.joint_positions_rad,

@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                         default=(5, 60),
                         help="with --takeover-policy: the take-over step, uniform in "
                              "[FIRST, LAST], seeded per attempt")
+    parser.add_argument("--takeover-unrecorded-steps", type=int, default=0, metavar="N",
+                        help="with --takeover-policy: the expert's first N steps after the "
+                             "take-over are executed but not recorded (its plan starts each "
+                             "segment from rest)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of the take-over policy")
     return parser
@@ -117,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
                                                     args.execution_noise_rad,
                                                     args.kick_probability, args.kick_m),
                                takeover_steps=(tuple(args.takeover_steps)
-                                               if args.takeover_policy else None))
+                                               if args.takeover_policy else None),
+                               takeover_unrecorded_steps=args.takeover_unrecorded_steps)
         policy, policy_desc = _takeover_policy(args)
         sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
         expert_config = ExpertConfig(transit_head_start=args.transit_head_start,
