@@ -119,7 +119,19 @@ def test_unrecorded_steps_are_executed_but_left_out_of_the_record():
 def test_a_policy_that_finishes_before_the_take_over_leaves_nothing_to_record():
     with PiperSimEnv(get_task("piper_goal", "red_block_on_plate"), SMALL) as env:
         result = record_takeover_episode(env, ScriptedExpert(env), ExpertUntil(env), 5, 10_000)
-        assert result.record is None and 0 < result.policy_steps < 10_000
+        assert result.record is None and result.policy_succeeded
+        assert 0 < result.policy_steps < 10_000
+        # the step limit runs out within the policy's part, or the expert's unrecorded steps
+        for limit, takeover, unrecorded in ((10, 10, 0), (10, 20, 0), (12, 10, 2), (12, 10, 5)):
+            late = record_takeover_episode(env, ScriptedExpert(env), ExpertUntil(env), 5,
+                                           takeover, max_steps=limit,
+                                           unrecorded_steps=unrecorded)
+            assert late.record is None and not late.policy_succeeded
+            assert late.policy_steps == min(takeover, limit)
+        # one step left to record
+        one = record_takeover_episode(env, ScriptedExpert(env), ExpertUntil(env), 5, 10,
+                                      max_steps=13, unrecorded_steps=2)
+        assert one.record.num_steps == 1 and not one.record.success
         with pytest.raises(ValueError, match="takeover_step"):
             record_takeover_episode(env, ScriptedExpert(env), ExpertUntil(env), 5, -1)
 

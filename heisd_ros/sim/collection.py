@@ -138,11 +138,11 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
                     record = record_expert_episode(env, expert, seed, config.max_steps,
                                                    config.noise)
                 else:
-                    record = record_takeover_episode(
+                    attempt = record_takeover_episode(
                         env, expert, policy, seed, takeover_step(config, seed),
-                        config.max_steps, config.noise,
-                        config.takeover_unrecorded_steps).record
-                    if record is None:
+                        config.max_steps, config.noise, config.takeover_unrecorded_steps)
+                    record = attempt.record
+                    if attempt.policy_succeeded:
                         policy_done.append(seed)
                 if record is not None and record.success:
                     _write(record, out, config, typestore)

@@ -89,13 +89,15 @@ def record_expert_episode(env: PiperSimEnv, expert: ScriptedExpert, seed: int,
 class TakeoverResult:
     """A :func:`record_takeover_episode` attempt.
 
-    ``record`` is None when the policy ended the episode itself (it succeeded before the
-    take-over step): there is nothing to relabel.
+    ``record`` is None when there is nothing to record: the policy ended the episode itself
+    (``policy_succeeded``: it succeeded before the take-over step), or the episode ended
+    (success or step limit) within the expert's unrecorded steps.
     """
 
     record: EpisodeRecord | None
     takeover_step: int
     policy_steps: int
+    policy_succeeded: bool = False
 
 
 def record_takeover_episode(env: PiperSimEnv, expert: ScriptedExpert, policy, seed: int,
@@ -134,7 +136,7 @@ def record_takeover_episode(env: PiperSimEnv, expert: ScriptedExpert, policy, se
         result = env.step(np.asarray(action, dtype=np.float64))
         observation = result.observation
         if result.success:
-            return TakeoverResult(None, takeover_step, steps)
+            return TakeoverResult(None, takeover_step, steps, policy_succeeded=True)
     expert.take_over(seed)
     record = _record_expert(env, expert, observation, seed, limit - steps, noise,
                             {"source": "expert_takeover", "takeover_step": int(takeover_step),
@@ -153,10 +155,10 @@ def _step_limit(env: PiperSimEnv, max_steps: int | None) -> int:
 
 def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: int,
                    limit: int, noise: ExecutionNoise | None, metadata: dict,
-                   skip: int = 0) -> EpisodeRecord:
+                   skip: int = 0) -> EpisodeRecord | None:
     """The expert's steps from ``observation`` on, until success or ``limit`` steps.
 
-    The first ``skip`` steps are executed but not recorded.
+    The first ``skip`` steps are executed but not recorded; None when no step was recorded.
     """
     task = env.task
     noise = noise if noise is not None and noise.active else None
@@ -169,7 +171,7 @@ def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: 
                                          "execution_noise": dataclasses.asdict(
                                              noise or ExecutionNoise())})
     state = env.robot_state()
-    success = False
+    success, recorded = False, 0
     for step in range(limit):
         action = expert.act(observation)
         executed = action + noise.sample(noise_rng) if noise is not None else action
@@ -177,8 +179,9 @@ def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: 
         if step < skip:
             observation, state = result.observation, result.state
             if result.success:
-                break  # done before anything was recorded: an empty, failed record
+                break
             continue
+        recorded += 1
         recorder.add(image_third_person=observation.image_primary,
                      image_wrist=observation.image_wrist,
                      joint_positions_rad=state.joint_positions_rad,
@@ -190,4 +193,4 @@ def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: 
         if result.success:
             success = True
             break
-    return recorder.finish(success)
+    return recorder.finish(success) if recorded else None
