@@ -172,7 +172,9 @@ def test_heisd_collect_takeover_policy_runs_the_small_vla(tmp_path, capsys):
                  "--seed", "3", "--image-size", "128", "--out", str(out),
                  "--takeover-policy", str(SHIPPED_VLA),
                  "--takeover-steps", "4", "4", "--takeover-unrecorded-steps", "2"])
-    assert code == 0, capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "nothing to record after the take-over" in captured.out
     summary = json.loads((out / "summary.json").read_text())
     run = summary["runs"][-1]
     assert run["takeover"]["steps"] == [4, 4] and run["takeover"]["policy"].startswith("ar: ")

@@ -274,8 +274,12 @@ def summary_lines(summary: dict) -> Sequence[str]:
     """Human-readable summary, one line per task plus a total."""
     lines = [f"{name}: kept {v['kept']}/{v['attempted']}"
              + (f" (dropped seeds {v['dropped_seeds']})" if v["dropped"] else "")
+             + (f", the policy finished {len(v['policy_succeeded_seeds'])} before the "
+                f"take-over" if v.get("policy_succeeded_seeds") else "")
              + (f", mean {v['mean_steps']} steps" if v["mean_steps"] else "")
              for name, v in summary["tasks"].items()]
+    what = ("attempts (expert failed, or nothing to record after the take-over)"
+            if summary.get("takeover") else "failed expert episodes")
     lines.append(f"total: kept {summary['total_kept']}, dropped {summary['total_dropped']} "
-                 f"failed expert episodes; written to {summary['out_dir']} ({summary['format']})")
+                 f"{what}; written to {summary['out_dir']} ({summary['format']})")
     return lines
