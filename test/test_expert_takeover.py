@@ -183,3 +183,12 @@ def test_heisd_collect_takeover_policy_runs_the_small_vla(tmp_path, capsys):
         meta = load_episode(path).metadata
         assert meta["policy_steps"] == 4 and meta["source"] == "expert_takeover"
         assert meta["unrecorded_steps"] == 2
+
+
+def test_heisd_collect_names_a_missing_takeover_policy(tmp_path, capsys):
+    from heisd_ros.tools.collect import main
+
+    code = main(["--suites", "piper_goal", "--episodes", "1", "--out", str(tmp_path / "t"),
+                 "--takeover-policy", str(tmp_path / "missing.safetensors")])
+    assert code == 2
+    assert "--takeover-policy" in capsys.readouterr().err and not (tmp_path / "t").exists()

@@ -7,7 +7,7 @@ Examples:
     heisd-collect --suites piper_long --episodes 2 --format mcap --out bags --overwrite
     heisd-collect --suites piper_goal --episodes 50 --seed 2000 --execution-noise-m 0.003 \\
         --execution-noise-rad 0.003 --out demos_dart    # DART: the arm executes label + noise
-    heisd-collect --suites piper_object --episodes 40 --seed 8000 --takeover-policy \
+    heisd-collect --suites piper_object --episodes 40 --seed 8000 --takeover-policy \\
         heisd_ros/assets/small_vla.safetensors --takeover-steps 5 60 --out demos_takeover
         # DAgger-style: the VLA (AR) drives, the expert takes over and finishes; recorded
         # from the take-over on
@@ -98,6 +98,11 @@ def _takeover_policy(args):
     """(DecoderPolicy with AR decoding, description) of --takeover-policy, or (None, "")."""
     if args.takeover_policy is None:
         return None, ""
+    from pathlib import Path
+
+    if not Path(args.takeover_policy).is_file():
+        raise ValueError(f"--takeover-policy: {args.takeover_policy} is not a file (a small VLA "
+                         f"checkpoint, .safetensors)")
     import torch
 
     from heisd_ros.eval.methods import DecoderPolicy, build_method, make_context
