@@ -59,7 +59,10 @@ def graph(tmp_path_factory):
     policy = PolicyNode(context=context, parameter_overrides=[
         Parameter("method", value="drafter"), Parameter("model.path", value=vla),
         Parameter("model.drafter_path", value=head), Parameter("instruction", value="pick it"),
-        Parameter("warn_throttle_s", value=0.0), Parameter("diagnostics_period_s", value=0.2)])
+        Parameter("warn_throttle_s", value=0.0), Parameter("diagnostics_period_s", value=0.2),
+        # a loaded machine may take a few tenths of a second to a decode: the stale case is
+        # 3 s old, so a 2 s limit still tells it apart from a slow good frame
+        Parameter("input.max_age_s", value=2.0)])
     broken = PolicyNode("broken_policy", context=context, parameter_overrides=[
         Parameter("model.path", value="/nonexistent/vla.safetensors")])
     peer = rclpy.create_node("policy_test_peer", context=context)
@@ -93,7 +96,7 @@ def spin_until(executor, condition, timeout_s=20.0):
 
 
 def send(graph, *, third=None, wrist=None, joints=0.1, offset_s=0.0, encoding="rgb8"):
-    """Publish a robot state, then both frames stamped now + offset_s.
+    """Publish a robot state, then both frames stamped (when sent) now + offset_s.
 
     ``encoding`` is the third-person camera's (the wrist sends rgb8). Spins until the
     policy sent a command or refused; returns (new commands, new refusals).
@@ -111,7 +114,8 @@ def send(graph, *, third=None, wrist=None, joints=0.1, offset_s=0.0, encoding="r
     pubs["pose"].publish(pose)
     spin_until(executor, lambda: False, timeout_s=0.15)
     cmds, refused = len(out["cmd"]), dict(policy.refusals)
-    stamp = seconds_to_stamp(now + offset_s)
+    # the frames are stamped as they are sent (0.15 s after the state: within the skew limit)
+    stamp = seconds_to_stamp(peer.get_clock().now().nanoseconds * 1e-9 + offset_s)
     for key, image in (("third", third), ("wrist", wrist)):
         image = image if image is not None else rng.integers(0, 255, (SIZE, SIZE, 3), np.uint8)
         bad = encoding != "rgb8" and key == "third"  # the third-person camera misbehaves
