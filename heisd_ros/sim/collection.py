@@ -144,14 +144,15 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
                     record = attempt.record
                     if attempt.policy_succeeded:
                         policy_done.append(seed)
-                if record is not None and record.success:
+                kept_this = record is not None and record.success
+                if kept_this:
                     _write(record, out, config, typestore)
                     kept.append(seed)
                     steps.append(record.num_steps)
                 else:
                     dropped.append(seed)
                 if progress is not None:
-                    progress(suite, task, seed, record is not None and record.success)
+                    progress(suite, task, seed, kept_this)
         per_task[f"{suite}/{task}"] = {
             "attempted": config.episodes, "kept": len(kept), "dropped": len(dropped),
             "dropped_seeds": dropped,

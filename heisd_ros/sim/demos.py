@@ -10,6 +10,7 @@ import numpy as np
 from heisd_ros.data.episode import EpisodeRecord, EpisodeRecorder
 from heisd_ros.sim.env import PiperSimEnv
 from heisd_ros.sim.expert import ScriptedExpert
+from heisd_ros.sim.runner import reset_policy, resolve_policy, split_output, step_limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,7 @@ def record_expert_episode(env: PiperSimEnv, expert: ScriptedExpert, seed: int,
     action plus noise (seeded by ``seed``) and the record keeps the expert's action as the
     label (see :class:`ExecutionNoise`).
     """
-    limit = _step_limit(env, max_steps)
+    limit = step_limit(env.task, max_steps)
     observation = env.reset(seed)
     expert.reset(seed)
     return _record_expert(env, expert, observation, seed, limit, noise,
@@ -124,16 +125,14 @@ def record_takeover_episode(env: PiperSimEnv, expert: ScriptedExpert, policy, se
         raise ValueError(f"takeover_step: expected >= 0, got {takeover_step}")
     if unrecorded_steps < 0:
         raise ValueError(f"unrecorded_steps: expected >= 0, got {unrecorded_steps}")
-    limit = _step_limit(env, max_steps)
+    limit = step_limit(env.task, max_steps)
     observation = env.reset(seed)
-    if callable(getattr(policy, "reset", None)):
-        policy.reset()
-    act = policy.act if callable(getattr(policy, "act", None)) else policy
+    reset_policy(policy)
+    act = resolve_policy(policy)
     steps = 0
     for steps in range(1, min(takeover_step, limit) + 1):
-        output = act(observation)
-        action = output[0] if isinstance(output, tuple) else output
-        result = env.step(np.asarray(action, dtype=np.float64))
+        action, _ = split_output(act(observation))
+        result = env.step(action)
         observation = result.observation
         if result.success:
             return TakeoverResult(None, takeover_step, steps, policy_succeeded=True)
@@ -144,13 +143,6 @@ def record_takeover_episode(env: PiperSimEnv, expert: ScriptedExpert, policy, se
                              "unrecorded_steps": int(unrecorded_steps)},
                             skip=unrecorded_steps)
     return TakeoverResult(record, takeover_step, steps)
-
-
-def _step_limit(env: PiperSimEnv, max_steps: int | None) -> int:
-    limit = env.task.max_steps if max_steps is None else int(max_steps)
-    if limit < 1:
-        raise ValueError(f"max_steps: expected >= 1, got {max_steps}")
-    return limit
 
 
 def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: int,

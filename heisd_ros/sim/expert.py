@@ -111,10 +111,7 @@ class ScriptedExpert:
         """
         if seed is None:
             seed = self.env.episode_seed if self.env.episode_seed is not None else 0
-        self._rng = np.random.default_rng(seed)
-        pos, rot = self.env.commanded_pose
-        self._last = _Pose(pos + rot @ _TCP_LOCAL, rot, False)
-        self._script = self._run()
+        self._plan(seed, closed=False, resume=False)
 
     def take_over(self, seed: int) -> None:
         """Plan the rest of the episode from the current, mid-episode state (DAgger-style).
@@ -126,11 +123,15 @@ class ScriptedExpert:
         The plan starts from the commanded pose and gripper state, as ``reset`` does at an
         episode's start. ``seed`` seeds the expert's noise.
         """
+        closed = self.env.gripper_width_command_m < 0.5 * GRIPPER_RANGE_M[1]
+        self._plan(seed, closed=closed, resume=True)
+
+    def _plan(self, seed: int, *, closed: bool, resume: bool) -> None:
+        """Seed the noise and start the script at the commanded pose."""
         self._rng = np.random.default_rng(seed)
         pos, rot = self.env.commanded_pose
-        closed = self.env.gripper_width_command_m < 0.5 * GRIPPER_RANGE_M[1]
         self._last = _Pose(pos + rot @ _TCP_LOCAL, rot, closed)
-        self._script = self._run(resume=True)
+        self._script = self._run(resume=resume)
 
     def act(self, observation=None) -> np.ndarray:
         """The next delta action; holds still with the gripper open once the script ends."""

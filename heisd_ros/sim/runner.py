@@ -19,6 +19,7 @@ from heisd_ros.data.observation import Observation, check_action
 from heisd_ros.sim.config import SimConfig
 from heisd_ros.sim.env import PiperSimEnv, StepResult
 from heisd_ros.sim.suites import get_task
+from heisd_ros.sim.tasks import TaskSpec
 
 #: Called after every step: (episode index, step index, observation, action, step result).
 StepObserver = Callable[[int, int, Observation, np.ndarray, StepResult], None]
@@ -71,10 +72,8 @@ def run_episodes(policy: Any, suite: str, task: str, n: int, seed: int,
     if n < 1:
         raise ValueError(f"n: expected >= 1 episodes, got {n}")
     spec = get_task(suite, task)
-    limit = spec.max_steps if max_steps is None else int(max_steps)
-    if limit < 1:
-        raise ValueError(f"max_steps: expected >= 1, got {max_steps}")
-    act = _resolve(policy)
+    limit = step_limit(spec, max_steps)
+    act = resolve_policy(policy)
     if env is not None and env.task is not spec:
         raise ValueError(f"env: built for task {env.task.suite}/{env.task.name}, "
                          f"not {suite}/{task}")
@@ -91,12 +90,11 @@ def run_episodes(policy: Any, suite: str, task: str, n: int, seed: int,
 def _episode(env: PiperSimEnv, act: Callable[[Observation], Any], policy: Any, seed: int,
              index: int, limit: int, observer: StepObserver | None) -> EpisodeResult:
     observation = env.reset(seed)
-    if callable(getattr(policy, "reset", None)):
-        policy.reset()
+    reset_policy(policy)
     task = env.task
     result = EpisodeResult(task.suite, task.name, seed, task.instruction, False, 0)
     for step in range(limit):
-        action, stats = _split(act(observation))
+        action, stats = split_output(act(observation))
         outcome = env.step(action)
         result.steps, result.success = step + 1, outcome.success
         for text in outcome.limits:
@@ -112,7 +110,22 @@ def _episode(env: PiperSimEnv, act: Callable[[Observation], Any], policy: Any, s
     return result
 
 
-def _resolve(policy: Any) -> Callable[[Observation], Any]:
+def step_limit(task: TaskSpec, max_steps: int | None) -> int:
+    """Steps an episode of ``task`` may take: ``max_steps``, else the task's own limit."""
+    limit = task.max_steps if max_steps is None else int(max_steps)
+    if limit < 1:
+        raise ValueError(f"max_steps: expected >= 1, got {max_steps}")
+    return limit
+
+
+def reset_policy(policy: Any) -> None:
+    """Call the policy's ``reset()`` if it has one (after the simulator's reset)."""
+    if callable(getattr(policy, "reset", None)):
+        policy.reset()
+
+
+def resolve_policy(policy: Any) -> Callable[[Observation], Any]:
+    """The policy's ``act``, or the policy itself if it is a callable."""
     if callable(getattr(policy, "act", None)):
         return policy.act
     if callable(policy):
@@ -121,7 +134,8 @@ def _resolve(policy: Any) -> Callable[[Observation], Any]:
                      f"{type(policy).__name__}")
 
 
-def _split(output: Any) -> tuple[np.ndarray, dict | None]:
+def split_output(output: Any) -> tuple[np.ndarray, dict | None]:
+    """(checked action, stats or None) of one policy output."""
     if isinstance(output, tuple):
         if len(output) != 2 or not (output[1] is None or isinstance(output[1], dict)):
             raise ValueError("policy: a tuple output must be (action, stats dict or None)")
