@@ -64,6 +64,18 @@ def test_added_film_is_identity_until_trained():
     assert not torch.equal(other.net.vision.film.embed.weight, embed)
 
 
+@pytest.mark.parametrize("copy", ["instruction_film", "prompt_layout"])
+def test_model_copies_keep_the_gripper_rule_and_action_stats(copy):
+    base = SmallVLA.random(TINY_STEM, seed=1)
+    base.gripper_switch_probability = 0.4
+    base.action_stats = ActionStats.from_actions(
+        np.random.default_rng(0).normal(size=(50, 7)).astype(np.float32))
+    made = (base.with_instruction_film(8) if copy == "instruction_film"
+            else base.with_prompt_layout("instruction_first"))
+    assert made.gripper_switch_probability == 0.4
+    assert made.action_stats is base.action_stats
+
+
 def test_trained_film_makes_the_vision_features_depend_on_the_instruction():
     vla = SmallVLA.random(TINY_FILM, seed=2)
     randomise_film(vla)

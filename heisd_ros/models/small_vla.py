@@ -153,7 +153,8 @@ class SmallVLA(TargetVLA):
 
         Every existing weight is kept; the new FiLM module starts as identity, so the copy
         decodes exactly like this model until it is trained. Its other weights are drawn from
-        ``seed`` (the global RNG is left untouched). Keeps ``action_stats``.
+        ``seed`` (the global RNG is left untouched). Keeps ``action_stats`` and the gripper
+        rule.
         """
         import dataclasses
 
@@ -170,6 +171,7 @@ class SmallVLA(TargetVLA):
                              f"module (missing {missing}, unexpected {unexpected})")
         copy = SmallVLA(net)
         copy.action_stats = getattr(self, "action_stats", None)
+        copy.gripper_switch_probability = self.gripper_switch_probability
         return copy
 
     def with_prompt_layout(self, layout: str) -> SmallVLA:
