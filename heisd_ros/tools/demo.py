@@ -27,8 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-ABLATION = ["ar", "drafter", "drafter_relaxed", "retrieval", "router_only", "router_skip",
-            "heisd"]
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
 
@@ -142,7 +140,12 @@ def main(argv=None) -> int:
         if not (db / "calibration.json").exists():
             _tool("calibrate", ["--db", str(db), *model])
         steps = ["--max-steps", str(args.max_steps)] if args.max_steps else []
-        methods = ABLATION if args.ablation else ["ar", "heisd"]
+        if args.ablation:
+            from heisd_ros.eval.methods import METHODS
+
+            methods = list(METHODS)  # every method heisd-eval knows, heisd_ar included
+        else:
+            methods = ["ar", "heisd"]
         _tool("eval", ["--suites", args.suite, "--episodes", str(args.episodes), "--methods",
                        *methods, "--db", str(db), "--calibration", str(db / "calibration.json"),
                        "--image-size", str(args.image_size), "--json",
