@@ -205,3 +205,35 @@ def test_frozen_vision_stays_as_it_was_and_the_rest_trains():
         VLATrainer(vla, cache, train_index,
                    VLATrainConfig(steps=1, batch_size=4, freeze_vision=True, aux_weight=1.0),
                    stats)
+
+
+def test_train_only_the_film_adapter_leaves_every_other_weight_as_it_was():
+    cache = two_task_cache()
+    vla = SmallVLA.random(TINY_STEM, seed=0).with_instruction_film(8)
+    before = {n: p.detach().clone() for n, p in vla.net.named_parameters()}
+    train_index, _ = split_episodes(cache, 1)
+    stats = ActionStats.from_actions(cache.actions[train_index])
+    trainer = VLATrainer(vla, cache, train_index,
+                         VLATrainConfig(steps=3, batch_size=4, lr=1e-2,
+                                        train_only=("vision.film.",)), stats)
+    for _ in range(3):
+        trainer.train_step()
+    changed = {n for n, p in vla.net.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(n.startswith("vision.film.") for n in changed), sorted(changed)
+    # The zero-initialised output layer has moved, so the adapter is no longer identity.
+    assert "vision.film.mlp.2.weight" in changed
+
+
+def test_train_only_names_what_the_model_has_when_nothing_matches():
+    cache = two_task_cache()
+    vla = SmallVLA.random(TINY_STEM, seed=0)               # no instruction FiLM
+    train_index, _ = split_episodes(cache, 1)
+    stats = ActionStats.from_actions(cache.actions[train_index])
+    with pytest.raises(ValueError, match=r"no parameter name starts with \['vision.film.'\]"
+                                         r".*'llm\..*instruction FiLM"):
+        VLATrainer(vla, cache, train_index,
+                   VLATrainConfig(steps=1, batch_size=4, train_only=("vision.film.",)), stats)
+    with pytest.raises(ValueError, match="freeze_vision"):
+        VLATrainConfig(train_only=("llm.",), freeze_vision=True)
+    with pytest.raises(ValueError, match="non-empty"):
+        VLATrainConfig(train_only=("",))

@@ -455,6 +455,28 @@ def test_command_line_adds_instruction_film_and_the_subgoal_objective(tmp_path):
     assert stage["pool_steps"] == card["data"]["train_steps"]
 
 
+def test_command_line_tunes_only_the_film_adapter(tmp_path):
+    from heisd_ros.tools import train_vla
+
+    common = cli_base_model(tmp_path, "--stem-channels", "8")
+    base_path = str(tmp_path / "a" / "small_vla.safetensors")
+    assert train_vla.main(common + ["--out", str(tmp_path / "b"), "--init-from", base_path,
+                                    "--instruction-film", "16", "--lr", "1e-2",
+                                    "--train-only", "vision.film."]) == 0
+    base = load_small_vla(base_path)
+    tuned = load_small_vla(tmp_path / "b" / "small_vla.safetensors")
+    assert tuned.net.vision.film.mlp[-1].weight.abs().sum() > 0
+    ours = dict(tuned.net.named_parameters())
+    for name, param in base.net.named_parameters():
+        assert torch.equal(ours[name], param), name
+    card = json.loads((tmp_path / "b" / "card.json").read_text())
+    assert card["training"]["train_only"] == ["vision.film."]
+    with pytest.raises(SystemExit):
+        train_vla.main(common + ["--out", str(tmp_path / "c"), "--init-from", base_path,
+                                 "--instruction-film", "16", "--train-only", "vision.film.",
+                                 "--freeze-vision"])
+
+
 def test_command_line_pretrains_the_encoder_then_freezes_it_in_one_run(tmp_path):
     """--pretrain-vision-steps with --freeze-vision: two stages in one run.
 

@@ -199,6 +199,11 @@ class VLATrainConfig:
             distillation, Hinton et al. 2015); the action loss keeps 1 - distill_weight.
             0 = none; > 0 needs a teacher (``VLATrainer(teacher=...)``). Used to move a
             trained policy into another prompt layout with its behaviour.
+        train_only: when not empty, only the model's parameters whose names start with one
+            of these prefixes train (e.g. ``("vision.film.",)``: adapter tuning of the
+            instruction FiLM, which starts as identity, so every skill that does not need
+            the instruction to pick an object stays as the starting model has it); the
+            auxiliary heads, if any, train too. Not with ``freeze_vision``.
     """
 
     steps: int = 3000
@@ -218,8 +223,15 @@ class VLATrainConfig:
     gripper_change_weight: float = 1.0
     gripper_change_span: int = 3
     distill_weight: float = 0.0
+    train_only: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "train_only", tuple(self.train_only))
+        if self.train_only and self.freeze_vision:
+            raise ValueError("train_only: not with freeze_vision (name what trains instead)")
+        if any(not isinstance(p, str) or not p for p in self.train_only):
+            raise ValueError(f"train_only: expected non-empty name prefixes, got "
+                             f"{self.train_only!r}")
         for name in ("steps", "batch_size", "gripper_change_span"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
@@ -474,6 +486,16 @@ class VLATrainer:
             for n, p in named:
                 p.requires_grad_(n not in frozen)
             named = [(n, p) for n, p in named if n not in frozen]
+        if config.train_only:
+            chosen = {n for n, _ in named if n.startswith(config.train_only)}
+            if not chosen:
+                tops = sorted({".".join(n.split(".")[:2]) + "." for n, _ in named})
+                raise ValueError(f"train_only: no parameter name starts with "
+                                 f"{list(config.train_only)}; the model has {tops} (a FiLM "
+                                 f"prefix needs a model with instruction FiLM)")
+            for n, p in named:
+                p.requires_grad_(n in chosen)
+            named = [(n, p) for n, p in named if n in chosen]
         for head in (self.aux_head, self.subgoal_head):
             if head is not None:
                 named += list(head.named_parameters())

@@ -153,6 +153,7 @@ def train(args) -> dict:
                                 subgoal_weight=args.subgoal_weight,
                                 aux_subgoals=args.aux_subgoals,
                                 freeze_vision=args.freeze_vision,
+                                train_only=tuple(args.train_only),
                                 gripper_change_weight=args.gripper_change_weight,
                                 distill_weight=args.distill_weight if args.distill_from else 0.0)
         teacher = load_small_vla(args.distill_from) if args.distill_from else None
@@ -347,6 +348,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="keep the vision encoder (and its FiLM) as the starting model "
                              "has it, or with --pretrain-vision-steps as that stage leaves it; "
                              "train the projector and the decoder")
+    parser.add_argument("--train-only", nargs="+", default=[], metavar="PREFIX",
+                        help="train only the parameters whose names start with a PREFIX, "
+                             "e.g. vision.film. (with --instruction-film: tune the FiLM "
+                             "adapter, every other weight as the starting model has it)")
     parser.add_argument("--pretrain-vision-steps", type=int, default=0,
                         help="first train the vision encoder on the auxiliary objective alone "
                              "for this many steps (needs --aux-weight > 0)")
@@ -434,6 +439,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                      "--new-action-stats to compute new ones")
     if not 0.0 <= args.action_quantile < 0.5:
         parser.error(f"--action-quantile: expected [0, 0.5), got {args.action_quantile}")
+    if args.train_only and args.freeze_vision:
+        parser.error("--train-only: not with --freeze-vision (name what trains instead)")
     if args.distill_weight is not None and not args.distill_from:
         parser.error("--distill-weight: only with --distill-from (the teacher)")
     if args.distill_from:
