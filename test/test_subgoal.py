@@ -222,9 +222,12 @@ def test_train_only_names_what_the_model_has_when_nothing_matches():
     train_index, _ = split_episodes(cache, 1)
     stats = ActionStats.from_actions(cache.actions[train_index])
     with pytest.raises(ValueError, match=r"no parameter name starts with \['vision.film.'\]"
-                                         r".*'llm\..*instruction FiLM"):
+                                         r".*'llm\..*needs a model with instruction FiLM"):
         VLATrainer(vla, cache, train_index,
                    VLATrainConfig(steps=1, batch_size=4, train_only=("vision.film.",)), stats)
+    with pytest.raises(ValueError, match=r"starts with \['decoder\.'\].*'vision\.projector\.'\]$"):
+        VLATrainer(vla, cache, train_index,
+                   VLATrainConfig(steps=1, batch_size=4, train_only=("decoder.",)), stats)
     with pytest.raises(ValueError, match="freeze_vision"):
         VLATrainConfig(train_only=("llm.",), freeze_vision=True)
     with pytest.raises(ValueError, match="non-empty"):

@@ -490,9 +490,11 @@ class VLATrainer:
             chosen = {n for n, _ in named if n.startswith(config.train_only)}
             if not chosen:
                 tops = sorted({".".join(n.split(".")[:2]) + "." for n, _ in named})
+                film = any(p.startswith("vision.film") for p in config.train_only)
                 raise ValueError(f"train_only: no parameter name starts with "
-                                 f"{list(config.train_only)}; the model has {tops} (a FiLM "
-                                 f"prefix needs a model with instruction FiLM)")
+                                 f"{list(config.train_only)}; the model has {tops}"
+                                 + (" (vision.film. needs a model with instruction FiLM)"
+                                    if film else ""))
             for n, p in named:
                 p.requires_grad_(n in chosen)
             named = [(n, p) for n, p in named if n in chosen]
