@@ -163,26 +163,21 @@ def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: 
                                          "execution_noise": dataclasses.asdict(
                                              noise or ExecutionNoise())})
     state = env.robot_state()
-    success, recorded = False, 0
+    success = False
     for step in range(limit):
         action = expert.act(observation)
         executed = action + noise.sample(noise_rng) if noise is not None else action
         result = env.step(executed)
-        if step < skip:
-            observation, state = result.observation, result.state
-            if result.success:
-                break
-            continue
-        recorded += 1
-        recorder.add(image_third_person=observation.image_primary,
-                     image_wrist=observation.image_wrist,
-                     joint_positions_rad=state.joint_positions_rad,
-                     gripper_width_m=state.gripper_width_m, ee_position_m=state.ee_position_m,
-                     ee_rpy_rad=state.ee_rpy_rad,
-                     ee_quat_xyzw=observation.extras["ee_quat_xyzw"], action=action,
-                     stamp_s=observation.stamp_s, success=result.success)
+        if step >= skip:
+            recorder.add(image_third_person=observation.image_primary,
+                         image_wrist=observation.image_wrist,
+                         joint_positions_rad=state.joint_positions_rad,
+                         gripper_width_m=state.gripper_width_m,
+                         ee_position_m=state.ee_position_m, ee_rpy_rad=state.ee_rpy_rad,
+                         ee_quat_xyzw=observation.extras["ee_quat_xyzw"], action=action,
+                         stamp_s=observation.stamp_s, success=result.success)
         observation, state = result.observation, result.state
         if result.success:
             success = True
             break
-    return recorder.finish(success) if recorded else None
+    return recorder.finish(success) if len(recorder) else None
