@@ -477,27 +477,26 @@ class VLATrainer:
                                                    cache.episode)
         vla.net.train()
         named = list(vla.net.named_parameters())
+        trained = None  # every parameter of the model trains
         if config.freeze_vision:
             if config.aux_weight > 0:
                 raise ValueError("freeze_vision: the auxiliary vision objective would train "
                                  "nothing but its head; set aux_weight 0")
-            frozen = {n for n, _ in named
-                      if n.startswith("vision.") and not n.startswith("vision.projector.")}
-            for n, p in named:
-                p.requires_grad_(n not in frozen)
-            named = [(n, p) for n, p in named if n not in frozen]
+            trained = {n for n, _ in named
+                       if not n.startswith("vision.") or n.startswith("vision.projector.")}
         if config.train_only:
-            chosen = {n for n, _ in named if n.startswith(config.train_only)}
-            if not chosen:
+            trained = {n for n, _ in named if n.startswith(config.train_only)}
+            if not trained:
                 tops = sorted({".".join(n.split(".")[:2]) + "." for n, _ in named})
                 film = any(p.startswith("vision.film") for p in config.train_only)
                 raise ValueError(f"train_only: no parameter name starts with "
                                  f"{list(config.train_only)}; the model has {tops}"
                                  + (" (vision.film. needs a model with instruction FiLM)"
                                     if film else ""))
+        if trained is not None:
             for n, p in named:
-                p.requires_grad_(n in chosen)
-            named = [(n, p) for n, p in named if n in chosen]
+                p.requires_grad_(n in trained)
+            named = [(n, p) for n, p in named if n in trained]
         for head in (self.aux_head, self.subgoal_head):
             if head is not None:
                 named += list(head.named_parameters())
