@@ -71,6 +71,18 @@ def build_db(path: Path, tasks: tuple[str, ...] = (TASK,), empty: tuple[str, ...
     return vecs, recs
 
 
+def wait_until_answering(executor, client, proc) -> None:
+    """After ``wait_for_service``: the first answered request (the node answers every one).
+
+    Discovery can report the service before the server has matched the client's response
+    reader; a request sent in that window gets no answer (ros2/rmw_cyclonedds#187 describes
+    the race), so the probe is repeated until one is answered.
+    """
+    deadline = time.monotonic() + TIMEOUT_S
+    while call(executor, client, make_request(np.zeros(DIM)), timeout_s=2.0) is None:
+        assert time.monotonic() < deadline, f"the service never answered: {proc.text()}"
+
+
 def make_request(embedding, task: str = TASK, k: int = 0, deadline_ns: int = 0,
                  demoted=()) -> Retrieve.Request:
     """A Retrieve request (k = 0: the node's default k)."""
@@ -131,6 +143,7 @@ def served(ros, tmp_path_factory):
                                      "model_fingerprint": FP})
     client = node.create_client(Retrieve, "/retrieval_node/retrieve")
     assert client.wait_for_service(timeout_sec=TIMEOUT_S), proc.text()
+    wait_until_answering(executor, client, proc)
     yield proc, client, vecs, recs, queries, direct
     node.destroy_client(client)
     code = proc.stop()
@@ -250,6 +263,7 @@ def test_missing_db_errors_then_picks_up_a_db_built_later_and_a_killed_node_time
     client = node.create_client(Retrieve, "/late_retrieval/retrieve")  # the remapped name
     try:
         assert client.wait_for_service(timeout_sec=TIMEOUT_S), proc.text()
+        wait_until_answering(executor, client, proc)
         query = np.ones(DIM)
         for _ in range(2):  # every request is answered, with the reason
             res = call(executor, client, make_request(query))
