@@ -142,7 +142,7 @@ def test_distillation_moves_a_policy_into_the_instruction_first_layout():
     def agreement() -> float:
         """Share of teacher-forced greedy bins on which student and teacher agree."""
         with torch.no_grad():
-            images, prompts, bins, proprio, _ = trainer._batch(index, augment=False)
+            images, prompts, bins, proprio, *_ = trainer._batch(index, augment=False)
             ours = action_loss(student, images, prompts, bins, proprio).predicted
             theirs = trainer._teacher_logits(index, images, bins, proprio).argmax(-1)
         return float((ours == N_BINS - 1 - theirs).float().mean())

@@ -38,6 +38,7 @@ class SmallVLANet(nn.Module):
         self.vision = TwoCameraEncoder(config)
         self.proprio = ProprioEncoder(config) if config.proprio_dim else None
         self.llm = LlamaForCausalLM(config.llama_config())
+        self.subgoal = SubgoalPathway(config) if config.subgoal_pathway else None
 
 
 def pose_features(proprio: torch.Tensor) -> torch.Tensor:
@@ -70,6 +71,67 @@ class ProprioEncoder(nn.Module):
         """(..., proprio_dim) -> (..., hidden_size)."""
         x = proprio.to(self.mlp[0].weight.dtype)
         return self.mlp(pose_features(x) if self.pose else x)
+
+
+class SubgoalPathway(nn.Module):
+    """Cameras + instruction + pose -> predicted subgoals -> an addition to the proprio token.
+
+    The decoder of a small VLA trained by behaviour cloning alone does not bind the object
+    word of its byte prompt to that object in the image (``subgoal.py``), while an encoder
+    trained directly on where the hand goes next does (the assets README). This pathway
+    hands the decoder that binding as an input:
+
+    * ``encoder``: a second two-camera encoder of the main one's shape whose convolutional
+      stem is conditioned on the instruction words (FiLM of width ``subgoal_pathway``);
+    * ``head``: an MLP from its flattened patch features and the pose features to
+      ``subgoal.py``'s targets (the EE displacement to the next two gripper changes, in units
+      of 0.1 m);
+    * ``embed``: an MLP from that prediction to the LLM's embedding space, added to the
+      proprio token. Its output layer starts at zero, so adding the pathway to a trained
+      model leaves its actions unchanged until the decoder is trained to read it.
+
+    ``heisd-train-vla --subgoal-pathway`` trains it in two stages: encoder and head alone on
+    the subgoal targets, then, with them fixed, the decoder and ``embed`` on the actions (a
+    hierarchical policy: where to go, then how to move there).
+    """
+
+    def __init__(self, config: SmallVLAConfig):
+        super().__init__()
+        import dataclasses
+
+        from heisd_ros.models.subgoal import N_TARGETS
+
+        self.pose = config.proprio_features == "pose"
+        self.encoder = TwoCameraEncoder(dataclasses.replace(
+            config, instruction_film=config.subgoal_pathway, subgoal_pathway=0))
+        self.encoder.projector = nn.Identity()  # only the patch features are read
+        width = (2 * config.patches_per_camera * config.vision_dim
+                 + (10 if self.pose else config.proprio_dim))
+        self.head = nn.Sequential(nn.Linear(width, 256), nn.GELU(), nn.Linear(256, 256),
+                                  nn.GELU(), nn.Linear(256, N_TARGETS))
+        self.embed = nn.Sequential(nn.Linear(N_TARGETS, config.hidden_size), nn.GELU(),
+                                   nn.Linear(config.hidden_size, config.hidden_size))
+        nn.init.zeros_(self.embed[-1].weight)
+        nn.init.zeros_(self.embed[-1].bias)
+
+    def word_ids(self, instructions: list[str]) -> torch.Tensor:
+        """(B, W) instruction word ids for :meth:`predict`."""
+        return self.encoder.word_ids(instructions)
+
+    def predict(self, pixels: torch.Tensor, words: torch.Tensor,
+                proprio: torch.Tensor) -> torch.Tensor:
+        """(B, 2, 3, S, S) normalised pixels, (B, W) word ids, (B, proprio_dim) -> (B, targets)."""
+        features = self.encoder.features(pixels, words)
+        b = proprio.shape[0]
+        pose = proprio.float()
+        pose = pose_features(pose) if self.pose else pose
+        return self.head(torch.cat([features.reshape(b, -1).float(), pose], dim=-1))
+
+    def forward(self, pixels: torch.Tensor, words: torch.Tensor,
+                proprio: torch.Tensor) -> torch.Tensor:
+        """The (B, hidden_size) addition to the proprio token (see :meth:`predict`)."""
+        subgoals = self.predict(pixels, words, proprio)
+        return self.embed(subgoals.to(self.embed[0].weight.dtype))
 
 
 class SmallVLA(TargetVLA):
@@ -125,13 +187,19 @@ class SmallVLA(TargetVLA):
         if wrist is None:
             wrist = np.zeros_like(observation.image_primary)
         vision = self.net.vision
-        tokens, pooled = vision(vision.pixels([observation.image_primary, wrist]),
-                                vision.word_ids([observation.instruction]))
+        pixels = vision.pixels([observation.image_primary, wrist])
+        tokens, pooled = vision(pixels, vision.word_ids([observation.instruction]))
         ids = self.prompt_ids(observation.instruction)
         text = self.embed(ids)
         step = [tokens.to(text.dtype)]
         if self.net.proprio is not None:
-            step.append(self.net.proprio(self._proprio(observation)).reshape(1, 1, -1))
+            proprio = self._proprio(observation)
+            token = self.net.proprio(proprio)
+            pathway = self.net.subgoal
+            if pathway is not None:
+                token = token + pathway(pixels[None], pathway.word_ids([observation.instruction]),
+                                        proprio[None])[0].to(token.dtype)
+            step.append(token.reshape(1, 1, -1))
         if self.instruction_first:
             return Prefix(embeds=torch.cat([text, *step], dim=1),
                           vision_features=pooled.float().cpu(), static_length=len(ids),
@@ -156,19 +224,45 @@ class SmallVLA(TargetVLA):
         ``seed`` (the global RNG is left untouched). Keeps ``action_stats`` and the gripper
         rule.
         """
-        import dataclasses
-
         if self.config.instruction_film:
             raise ValueError(f"with_instruction_film: the model already has instruction FiLM "
                              f"(width {self.config.instruction_film})")
-        config = dataclasses.replace(self.config, instruction_film=width)
+        return self._with_new_module("instruction_film", width, "vision.film.", seed)
+
+    def with_subgoal_pathway(self, width: int, seed: int = 0) -> SmallVLA:
+        """A copy with a :class:`SubgoalPathway` whose FiLM has width ``width``.
+
+        Every existing weight is kept; the pathway's embedding starts at zero, so the copy
+        decodes exactly like this model until it is trained. The pathway's encoder starts as
+        a copy of the main encoder (its FiLM as identity); its other weights are drawn from
+        ``seed`` (the global RNG is left untouched). Keeps ``action_stats`` and the
+        gripper rule.
+        """
+        if self.config.subgoal_pathway:
+            raise ValueError(f"with_subgoal_pathway: the model already has a subgoal pathway "
+                             f"(width {self.config.subgoal_pathway})")
+        copy = self._with_new_module("subgoal_pathway", width, "subgoal.", seed)
+        # Warm start: the pathway's encoder begins as the main encoder (its FiLM as identity).
+        main = {k: v for k, v in self.net.vision.state_dict().items()
+                if not k.startswith(("projector.", "film."))}
+        missing, unexpected = copy.net.subgoal.encoder.load_state_dict(main, strict=False)
+        if unexpected or any(not key.startswith("film.") for key in missing):
+            raise ValueError(f"with_subgoal_pathway: the encoders differ (missing {missing}, "
+                             f"unexpected {unexpected})")
+        return copy
+
+    def _with_new_module(self, field: str, width: int, prefix: str, seed: int) -> SmallVLA:
+        """A copy whose config sets ``field`` to ``width``; new weights only under ``prefix``."""
+        import dataclasses
+
+        config = dataclasses.replace(self.config, **{field: width})  # validates
         with torch.random.fork_rng():
             torch.manual_seed(seed)
             net = SmallVLANet(config).to(next(self.net.parameters()).dtype)
         missing, unexpected = net.load_state_dict(self.net.state_dict(), strict=False)
-        if unexpected or any(not key.startswith("vision.film.") for key in missing):
-            raise ValueError(f"with_instruction_film: state dicts differ beyond the FiLM "
-                             f"module (missing {missing}, unexpected {unexpected})")
+        if unexpected or any(not key.startswith(prefix) for key in missing):
+            raise ValueError(f"with_{field}: state dicts differ beyond the new module "
+                             f"(missing {missing}, unexpected {unexpected})")
         copy = SmallVLA(net)
         copy.action_stats = getattr(self, "action_stats", None)
         copy.gripper_switch_probability = self.gripper_switch_probability

@@ -41,7 +41,13 @@ class SmallVLAConfig:
         instruction_film: 0 = the vision encoder does not see the instruction; > 0 = the
             width of the instruction-word embedding whose FiLM scales and shifts the
             convolutional stem (``vision.py``; needs stem_channels).
-        instruction_buckets: hash buckets of the instruction words (with instruction_film).
+        instruction_buckets: hash buckets of the instruction words (with instruction_film
+            or subgoal_pathway).
+        subgoal_pathway: 0 = none; > 0 = the FiLM width of a second, instruction-conditioned
+            encoder of both cameras that predicts where the hand will be at the next two
+            gripper changes (``subgoal.py``'s targets) and adds that prediction, embedded, to
+            the proprio token (``small_vla.SubgoalPathway``; needs stem_channels and
+            proprio_dim).
         max_instruction_bytes: longer instructions are cut (UTF-8 bytes).
         max_position_embeddings: upper bound on prompt + action length.
         attn_implementation: "eager" or "sdpa" (must honour a 4D tree mask).
@@ -67,6 +73,7 @@ class SmallVLAConfig:
     stem_channels: int = 0
     instruction_film: int = 0
     instruction_buckets: int = 1024
+    subgoal_pathway: int = 0
     max_instruction_bytes: int = 48
     max_position_embeddings: int = 256
     attn_implementation: str = "eager"
@@ -95,6 +102,13 @@ class SmallVLAConfig:
         if self.instruction_film and not self.stem_channels:
             raise ValueError("instruction_film: FiLM modulates the convolutional stem; set "
                              "stem_channels > 0")
+        if not isinstance(self.subgoal_pathway, int) or self.subgoal_pathway < 0:
+            raise ValueError(f"subgoal_pathway: expected an int >= 0, got "
+                             f"{self.subgoal_pathway!r}")
+        if self.subgoal_pathway and not (self.stem_channels and self.proprio_dim):
+            raise ValueError("subgoal_pathway: its encoder is a FiLM-conditioned convolutional "
+                             "stem and its prediction is added to the proprio token; set "
+                             "stem_channels > 0 and proprio_dim > 0")
         if self.stem_channels and self.patch_size_px % 8:
             raise ValueError(f"patch_size_px: the convolutional stem needs a multiple of 8, "
                              f"got {self.patch_size_px}")
@@ -145,13 +159,18 @@ class SmallVLAConfig:
         """The config as JSON without the fields that leave the network unchanged.
 
         Instruction FiLM off (``instruction_film == 0``) builds no FiLM layers, so neither it
-        nor ``instruction_buckets`` is written then; nor is the default ``prompt_layout``. The
+        nor ``instruction_buckets`` is written then (unless a subgoal pathway uses the
+        buckets); nor is a zero ``subgoal_pathway`` or the default ``prompt_layout``. The
         retrieval DB's model fingerprint hashes this, so a DB built before those fields existed
         still matches the same weights.
         """
         data = asdict(self)
         if not self.instruction_film:
-            del data["instruction_film"], data["instruction_buckets"]
+            del data["instruction_film"]
+            if not self.subgoal_pathway:
+                del data["instruction_buckets"]
+        if not self.subgoal_pathway:
+            del data["subgoal_pathway"]
         if self.prompt_layout == PROMPT_LAYOUTS[0]:
             del data["prompt_layout"]
         return json.dumps(data, sort_keys=True)

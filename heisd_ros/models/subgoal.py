@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from heisd_ros.models.vla_training import episode_starts
+from heisd_ros.models.vla_training import episode_starts, normalise_pixels, train_stage
 
 SUBGOALS = 2
 SCALE_M = 0.1
@@ -104,3 +104,29 @@ def subgoal_loss(head: SubgoalHead, hidden: torch.Tensor, targets: np.ndarray) -
     """Mean Huber loss of the head's predictions from ``hidden`` (B, H) against ``targets``."""
     return F.smooth_l1_loss(head(hidden), torch.as_tensor(np.asarray(targets, np.float32)),
                             beta=0.5)
+
+
+def pathway_loss(vla, batch, targets: np.ndarray) -> torch.Tensor:
+    """Mean Huber loss of ``vla``'s subgoal pathway on a trainer ``batch`` against ``targets``."""
+    pathway = vla.net.subgoal
+    predicted = pathway.predict(normalise_pixels(batch.images), batch.subgoal_words,
+                                torch.as_tensor(np.asarray(batch.proprio, np.float32)))
+    return F.smooth_l1_loss(predicted, torch.as_tensor(np.asarray(targets, np.float32)),
+                            beta=0.5)
+
+
+def pretrain_subgoal_pathway(trainer, steps: int, batch_size: int, lr: float,
+                             progress=None, index: np.ndarray | None = None) -> list[float]:
+    """The subgoal pathway's own stage: its encoder and head regress the subgoal targets.
+
+    Nothing else of the model changes (the pathway's embedding is not used here). See
+    ``vla_training.train_stage`` for the schedule, ``index`` and the return value.
+    """
+    pathway = trainer.vla.net.subgoal
+    if pathway is None:
+        raise ValueError("pretrain_subgoal_pathway: the model has no subgoal pathway "
+                         "(SmallVLA.with_subgoal_pathway adds one)")
+    return train_stage(
+        trainer, list(pathway.encoder.parameters()) + list(pathway.head.parameters()),
+        lambda chosen, batch: pathway_loss(trainer.vla, batch, trainer.pathway_targets[chosen]),
+        steps, batch_size, lr, progress, index)

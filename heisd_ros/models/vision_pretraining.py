@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from heisd_ros.actions.bins import N_BINS
 from heisd_ros.models.small_vla import SmallVLA, pose_features
-from heisd_ros.models.vla_training import episode_starts, normalise_pixels
+from heisd_ros.models.vla_training import episode_starts, normalise_pixels, train_stage
 
 HORIZONS_STEPS = (3, 8)
 DISPLACEMENT_SCALE_M = 0.02
@@ -98,32 +98,13 @@ def pretrain_vision(trainer, steps: int, batch_size: int, lr: float,
     ``index``: the demonstration steps to draw from (default: the trainer's training steps).
     Returns the loss of every step; ``progress(loss)`` is called after each.
     """
-    import math
-
     vla, head = trainer.vla, trainer.aux_head
     if head is None:
         raise ValueError("pretrain_vision: the trainer has no auxiliary head (aux_weight 0)")
-    pool = trainer.train_index if index is None else np.asarray(index)
-    if len(pool) < batch_size:
-        raise ValueError(f"pretrain_vision: {len(pool)} steps to draw from, fewer than the "
-                         f"batch size {batch_size}")
-    params = list(vla.net.vision.parameters()) + list(head.parameters())
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    losses = []
-    vla.net.train()
-    for step in range(steps):
-        warm = min(1.0, (step + 1) / 50)
-        for group in optimizer.param_groups:
-            group["lr"] = lr * warm * 0.5 * (1 + math.cos(math.pi * step / max(1, steps)))
-        chosen = trainer.rng.choice(pool, size=batch_size, replace=False)
-        batch = trainer._batch(chosen, augment=True)
+
+    def batch_loss(chosen: np.ndarray, batch) -> torch.Tensor:
         features = vla.net.vision.features(normalise_pixels(batch.images), batch.words)
-        loss = aux_loss(head, features, batch.proprio, trainer.aux_targets[chosen])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        losses.append(float(loss.detach()))
-        if progress is not None:
-            progress(losses[-1])
-    return losses
+        return aux_loss(head, features, batch.proprio, trainer.aux_targets[chosen])
+
+    return train_stage(trainer, list(vla.net.vision.parameters()) + list(head.parameters()),
+                       batch_loss, steps, batch_size, lr, progress, index)

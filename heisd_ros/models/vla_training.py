@@ -39,6 +39,8 @@ from heisd_ros.models.small_vla import SmallVLA
 from heisd_ros.models.vision import _PIXEL_MEAN, _PIXEL_STD
 
 CACHE_FORMAT = 1
+# The subgoal pathway's predictor (small_vla.SubgoalPathway): trained only on its own stage.
+PATHWAY_PREDICTOR = ("subgoal.encoder.", "subgoal.head.")
 
 
 @dataclass
@@ -343,7 +345,8 @@ class ActionLoss(NamedTuple):
 def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bins: np.ndarray,
                 proprio: np.ndarray | None = None, label_sigma_bins: float = 0.0,
                 features: torch.Tensor | None = None,
-                words: torch.Tensor | None = None) -> ActionLoss:
+                words: torch.Tensor | None = None,
+                subgoal_words: torch.Tensor | None = None) -> ActionLoss:
     """Loss, predicted bins and prompt-end hidden state of teacher-forced action tokens.
 
     Args:
@@ -356,6 +359,8 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
         features: ``TwoCameraEncoder.features`` of ``images`` if the caller has them already.
         words: ``TwoCameraEncoder.word_ids`` of the instructions (with instruction FiLM and
             no ``features``).
+        subgoal_words: ``SubgoalPathway.word_ids`` of the instructions (required when the
+            model has a subgoal pathway).
     """
     net, actions = vla.net, vla.actions
     emb = net.llm.get_input_embeddings()
@@ -370,7 +375,14 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
     step = [vision]
     if net.proprio is not None:
         p = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
-        step.append(net.proprio(p).unsqueeze(1))
+        token = net.proprio(p)
+        if net.subgoal is not None:
+            if subgoal_words is None or subgoal_words.shape[0] != b:
+                raise ValueError("action_loss: the model has a subgoal pathway; pass "
+                                 "subgoal_words (SubgoalPathway.word_ids of the instructions)")
+            token = token + net.subgoal(normalise_pixels(images), subgoal_words,
+                                        p).to(token.dtype)
+        step.append(token.unsqueeze(1))
     if vla.instruction_first:
         # [bos] [text, fixed slot] [vision] [proprio] a_0 .. a_5: every sample has one length.
         text = emb(torch.as_tensor(prompts, dtype=torch.long))
@@ -417,6 +429,7 @@ class Batch(NamedTuple):
     bins: np.ndarray                   # (B, 7) expert bins
     proprio: np.ndarray                # (B, 7)
     words: torch.Tensor | None         # (B, W) instruction word ids; None without FiLM
+    subgoal_words: torch.Tensor | None  # (B, W) the subgoal pathway's ids; None without one
 
 
 def _seeded(seed: int, build: Callable):
@@ -441,6 +454,13 @@ class VLATrainer:
         self.bins = np.stack([self.codec.encode(a) for a in cache.actions])
         self.prompts = [vla.prompt_ids(text) for text in cache.episode_instructions]
         self.words = vla.net.vision.word_ids(list(cache.episode_instructions))  # None w/o FiLM
+        # A subgoal pathway: its targets (its own stage, pretrain_subgoal_pathway) and words.
+        pathway = vla.net.subgoal
+        self.subgoal_words = self.pathway_targets = None
+        if pathway is not None:
+            self.subgoal_words = pathway.word_ids(list(cache.episode_instructions))
+            self.pathway_targets = subgoal_targets(cache.actions[:, -1], cache.proprio[:, :3],
+                                                   cache.episode)
         # Knowledge distillation from a teacher (its own prompt layout and FiLM words).
         self.teacher = None
         if config.distill_weight > 0:
@@ -457,6 +477,9 @@ class VLATrainer:
             self.teacher_prompts = [teacher.prompt_ids(text)
                                     for text in cache.episode_instructions]
             self.teacher_words = teacher.net.vision.word_ids(list(cache.episode_instructions))
+            self.teacher_subgoal_words = (
+                None if teacher.net.subgoal is None
+                else teacher.net.subgoal.word_ids(list(cache.episode_instructions)))
         # The auxiliary vision objective (vision_pretraining.py), when it has a weight.
         self.aux_head = None
         if config.aux_weight > 0:
@@ -493,6 +516,15 @@ class VLATrainer:
                                  f"{list(config.train_only)}; the model has {tops}"
                                  + (" (vision.film. needs a model with instruction FiLM)"
                                     if film else ""))
+        if pathway is not None:
+            # The action loss never trains the pathway's predictor (its encoder and head keep
+            # predicting subgoals); the decoder learns to read its embedding.
+            base = {n for n, _ in named} if trained is None else trained
+            trained = {n for n in base if not n.startswith(PATHWAY_PREDICTOR)}
+            if not trained:
+                raise ValueError("train_only: only the subgoal pathway's predictor was named, "
+                                 "which the action loss never trains (heisd-train-vla "
+                                 "--pathway-steps trains it)")
         if trained is not None:
             for n, p in named:
                 p.requires_grad_(n in trained)
@@ -529,22 +561,27 @@ class VLATrainer:
                                for i in range(len(index))])
         episodes = self.cache.episode[index]
         prompts = [self.prompts[e] for e in episodes]
-        words = None if self.words is None else self.words[torch.as_tensor(episodes)]
-        return Batch(images, prompts, self.bins[index], self.cache.proprio[index], words)
+        rows = torch.as_tensor(episodes)
+        words = None if self.words is None else self.words[rows]
+        subgoal_words = None if self.subgoal_words is None else self.subgoal_words[rows]
+        return Batch(images, prompts, self.bins[index], self.cache.proprio[index], words,
+                     subgoal_words)
 
     def train_step(self) -> dict:
         """One optimiser step on a random batch; returns loss, accuracy and lr."""
         cfg = self.config
         index = self.rng.choice(self.train_index, size=cfg.batch_size, replace=False,
                                 p=self.sample_p)
-        images, prompts, bins, proprio, words = self._batch(index, augment=True)
+        batch = self._batch(index, augment=True)
+        images, prompts, bins, proprio = batch.images, batch.prompts, batch.bins, batch.proprio
         lr = cfg.lr * cfg.lr_factor(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.vla.net.train()
-        features = self.vla.net.vision.features(normalise_pixels(images), words)
+        features = self.vla.net.vision.features(normalise_pixels(images), batch.words)
         loss, predicted, hidden, logits = action_loss(self.vla, images, prompts, bins, proprio,
-                                                      cfg.label_sigma_bins, features=features)
+                                                      cfg.label_sigma_bins, features=features,
+                                                      subgoal_words=batch.subgoal_words)
         correct = predicted == torch.as_tensor(bins)
         if self.teacher is not None:
             loss = (1 - cfg.distill_weight) * loss + cfg.distill_weight * distillation_loss(
@@ -573,10 +610,12 @@ class VLATrainer:
                         proprio: np.ndarray) -> torch.Tensor:
         """The teacher's (B, 7, 256) action logits on the student's batch (same images)."""
         episodes = self.cache.episode[index]
-        words = (None if self.teacher_words is None
-                 else self.teacher_words[torch.as_tensor(episodes)])
+        rows = torch.as_tensor(episodes)
+        words = None if self.teacher_words is None else self.teacher_words[rows]
+        subgoal_words = (None if self.teacher_subgoal_words is None
+                         else self.teacher_subgoal_words[rows])
         return action_loss(self.teacher, images, [self.teacher_prompts[e] for e in episodes],
-                           bins, proprio, words=words).logits
+                           bins, proprio, words=words, subgoal_words=subgoal_words).logits
 
     @torch.no_grad()
     def evaluate(self, index: np.ndarray, batch_size: int = 64) -> dict:
@@ -589,13 +628,20 @@ class VLATrainer:
         self.vla.net.eval()
         total, n, correct, exact = 0.0, 0, 0, 0
         bin_error, aux_total, subgoal_total = np.zeros(ACTION_DIM), 0.0, 0.0
-        distill_total = 0.0
+        distill_total = pathway_total = 0.0
         for start in range(0, len(index), batch_size):
             chunk = np.asarray(index[start:start + batch_size])
-            images, prompts, bins, proprio, words = self._batch(chunk, augment=False)
-            features = self.vla.net.vision.features(normalise_pixels(images), words)
+            batch = self._batch(chunk, augment=False)
+            images, prompts, bins, proprio = batch.images, batch.prompts, batch.bins, batch.proprio
+            features = self.vla.net.vision.features(normalise_pixels(images), batch.words)
             loss, predicted, hidden, logits = action_loss(self.vla, images, prompts, bins,
-                                                          proprio, features=features)
+                                                          proprio, features=features,
+                                                          subgoal_words=batch.subgoal_words)
+            if self.pathway_targets is not None:
+                from heisd_ros.models.subgoal import pathway_loss
+
+                pathway_total += float(pathway_loss(self.vla, batch,
+                                                    self.pathway_targets[chunk])) * len(chunk)
             if self.teacher is not None:
                 distill_total += float(distillation_loss(logits, self._teacher_logits(
                     chunk, images, bins, proprio))) * len(chunk)
@@ -623,7 +669,9 @@ class VLATrainer:
                 **({"subgoal_loss": subgoal_total / max(n, 1)}
                    if self.subgoal_head is not None else {}),
                 **({"distill_kl": distill_total / max(n, 1)} if self.teacher is not None
-                   else {})}
+                   else {}),
+                **({"pathway_loss": pathway_total / max(n, 1)}
+                   if self.pathway_targets is not None else {})}
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights, optimiser, step, batch RNG."""
@@ -650,6 +698,47 @@ class VLATrainer:
         self.step = int(state["step"])
         self.rng.bit_generator.state = state["rng"]
         self.last_loss = float(state["last_loss"])
+
+
+def train_stage(trainer: VLATrainer, params: list[torch.nn.Parameter],
+                batch_loss: Callable, steps: int, batch_size: int, lr: float,
+                progress: Callable | None = None, index: np.ndarray | None = None) -> list[float]:
+    """A stage that trains only ``params`` on ``batch_loss(chosen, batch)`` for ``steps``.
+
+    Draws from the trainer's batches (same augmentation, same batch RNG, so a seeded run is
+    reproducible); AdamW with 50 warmup steps and cosine decay. ``index``: the demonstration
+    steps to draw from (default: the trainer's training steps). ``params`` train even where
+    the trainer froze them; their ``requires_grad`` is restored afterwards. Returns the loss
+    of every step; ``progress(loss)`` is called after each.
+    """
+    pool = trainer.train_index if index is None else np.asarray(index)
+    if len(pool) < batch_size:
+        raise ValueError(f"train_stage: {len(pool)} steps to draw from, fewer than the batch "
+                         f"size {batch_size}")
+    frozen = [p for p in params if not p.requires_grad]
+    for param in frozen:
+        param.requires_grad_(True)
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    losses = []
+    trainer.vla.net.train()
+    try:
+        for step in range(steps):
+            warm = min(1.0, (step + 1) / 50)
+            for group in optimizer.param_groups:
+                group["lr"] = lr * warm * 0.5 * (1 + math.cos(math.pi * step / max(1, steps)))
+            chosen = trainer.rng.choice(pool, size=batch_size, replace=False)
+            loss = batch_loss(chosen, trainer._batch(chosen, augment=True))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+            if progress is not None:
+                progress(losses[-1])
+    finally:
+        for param in frozen:
+            param.requires_grad_(False)
+    return losses
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:

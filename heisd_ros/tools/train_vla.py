@@ -115,6 +115,7 @@ def train(args) -> dict:
         num_heads=args.heads, vision_dim=args.vision_dim, vision_layers=args.vision_layers,
         image_size_px=args.image_size, patch_size_px=args.patch_size,
         stem_channels=args.stem_channels, instruction_film=args.instruction_film,
+        subgoal_pathway=args.subgoal_pathway,
         proprio_dim=7 if args.proprio else 0, proprio_features="pose" if args.proprio else "raw",
         prompt_layout=args.prompt_layout or SmallVLAConfig().prompt_layout)
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
@@ -132,6 +133,9 @@ def train(args) -> dict:
             if args.instruction_film and init.config.instruction_film != args.instruction_film:
                 # Adds the FiLM module (identity at first) to a model trained without it.
                 init = init.with_instruction_film(args.instruction_film, args.seed)
+            if args.subgoal_pathway and init.config.subgoal_pathway != args.subgoal_pathway:
+                # Adds the pathway (its embedding zero at first) to a model trained without it.
+                init = init.with_subgoal_pathway(args.subgoal_pathway, args.seed)
             if args.prompt_layout and init.config.prompt_layout != args.prompt_layout:
                 init = init.with_prompt_layout(args.prompt_layout)
             model_config = init.config
@@ -188,6 +192,9 @@ def train(args) -> dict:
         if pre_config is not None:
             trainer = VLATrainer(vla, cache, train_index, config, stats,  # encoder frozen
                                  teacher=teacher)
+        if args.pathway_steps and not args.resume:
+            card["subgoal_pathway_stage"] = run_pathway_stage(trainer, args, val_subset)
+            card_path.write_text(json.dumps(card, indent=2) + "\n")
         started = time.perf_counter()
         with tqdm(total=config.steps, initial=trainer.step, desc="train", unit="step",
                   disable=args.quiet) as bar:
@@ -282,29 +289,48 @@ def pretraining_steps(trainer, suites: list[str] | None, before_grasp: bool,
 
 def run_vision_pretraining(trainer, args, val_subset) -> dict:
     """Stage 1 (``--pretrain-vision-steps``): the auxiliary objective alone; returns its record."""
-    from tqdm import tqdm
-
     from heisd_ros.models.vision_pretraining import pretrain_vision
 
     if trainer.aux_head is None:
         raise ValueError("--pretrain-vision-steps needs --aux-weight > 0 (the head is shared)")
+    return _run_stage(trainer, args, val_subset, pretrain_vision, args.pretrain_vision_steps,
+                      "vision", "aux_loss")
+
+
+def run_pathway_stage(trainer, args, val_subset) -> dict:
+    """``--pathway-steps``: the subgoal pathway's predictor alone; returns its record."""
+    from heisd_ros.models.subgoal import pretrain_subgoal_pathway
+
+    if trainer.vla.net.subgoal is None:
+        raise ValueError("--pathway-steps: the model has no subgoal pathway; add one with "
+                         "--subgoal-pathway WIDTH")
+    return _run_stage(trainer, args, val_subset, pretrain_subgoal_pathway, args.pathway_steps,
+                      "subgoal pathway", "pathway_loss")
+
+
+def _run_stage(trainer, args, val_subset, train, steps: int, desc: str, loss_key: str) -> dict:
+    """Run ``train(trainer, steps, batch, lr, progress, index)`` on the ``--pretrain-*`` pool.
+
+    Returns its record: validation ``loss_key`` before and after, the last training losses
+    and the wall time.
+    """
+    from tqdm import tqdm
+
     pool = pretraining_steps(trainer, args.pretrain_suites, args.pretrain_before_grasp,
                              args.pretrain_focus_share)
-    before = trainer.evaluate(val_subset)["aux_loss"]
+    before = trainer.evaluate(val_subset)[loss_key]
     started = time.perf_counter()
-    with tqdm(total=args.pretrain_vision_steps, desc="vision", unit="step",
-              disable=args.quiet) as bar:
-        losses = pretrain_vision(trainer, args.pretrain_vision_steps, args.pretrain_batch_size,
-                                 args.pretrain_lr, progress=lambda loss: (
-                                     bar.update(1), bar.set_postfix(loss=f"{loss:.4f}")),
-                                 index=pool)
-    record = {"steps": args.pretrain_vision_steps, "batch_size": args.pretrain_batch_size,
+    with tqdm(total=steps, desc=desc, unit="step", disable=args.quiet) as bar:
+        losses = train(trainer, steps, args.pretrain_batch_size, args.pretrain_lr,
+                       progress=lambda loss: (bar.update(1), bar.set_postfix(loss=f"{loss:.4f}")),
+                       index=pool)
+    record = {"steps": steps, "batch_size": args.pretrain_batch_size,
               "lr": args.pretrain_lr, "suites": args.pretrain_suites or "all",
               "before_grasp_only": args.pretrain_before_grasp, "pool_steps": int(len(pool)),
               "focus_share": args.pretrain_focus_share,
-              "val_aux_loss_before": before,
-              "val_aux_loss_after": trainer.evaluate(val_subset)["aux_loss"],
-              "train_aux_loss_last_50": sum(losses[-50:]) / len(losses[-50:]),
+              f"val_{loss_key}_before": before,
+              f"val_{loss_key}_after": trainer.evaluate(val_subset)[loss_key],
+              f"train_{loss_key}_last_50": sum(losses[-50:]) / len(losses[-50:]),
               "wall_time_s": round(time.perf_counter() - started, 1)}
     tqdm.write(json.dumps(record))
     return record
@@ -372,6 +398,18 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="width of the instruction-word embedding that conditions the "
                              "vision stem (FiLM); 0 = none. With --init-from a model without "
                              "it, the module is added as identity and trained")
+    parser.add_argument("--subgoal-pathway", type=int, default=d.subgoal_pathway,
+                        metavar="WIDTH",
+                        help="a second, instruction-conditioned (FiLM of this width) encoder "
+                             "that predicts where the hand is at the next two gripper changes "
+                             "and feeds that to the decoder with the proprio token; 0 = none. "
+                             "With --init-from a model without it, it is added (the decoder's "
+                             "input unchanged until trained). Needs --proprio and a stem")
+    parser.add_argument("--pathway-steps", type=int, default=0,
+                        help="first train the subgoal pathway's encoder and head alone on "
+                             "its targets for this many steps (--pretrain-batch-size, "
+                             "--pretrain-lr and the --pretrain-suites/--pretrain-before-grasp/"
+                             "--pretrain-focus-share draws); the action loss never trains them")
     parser.add_argument("--prompt-layout", choices=PROMPT_LAYOUTS, default=None,
                         help="order of the prompt: vision_first (OpenVLA's; the default of a new "
                              "model) or instruction_first (the instruction's keys/values are "

@@ -1,0 +1,219 @@
+"""The subgoal pathway: an instruction-conditioned encoder whose subgoals feed the decoder."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from heisd_ros.actions.normalization import ActionStats
+from heisd_ros.data.observation import Observation
+from heisd_ros.decoding.decoder import ActionDecoder
+from heisd_ros.models.checkpoint import load_small_vla, save_small_vla
+from heisd_ros.models.small_vla import SmallVLA
+from heisd_ros.models.subgoal import pretrain_subgoal_pathway, subgoal_targets
+from heisd_ros.models.vla_training import (
+    PATHWAY_PREDICTOR,
+    VLATrainConfig,
+    VLATrainer,
+    action_loss,
+    split_episodes,
+)
+from test.test_subgoal import two_task_cache
+from test.test_vla_training import TINY, TINY_STEM
+
+PROPRIO_TOKEN = 1 + 2 * TINY_STEM.patches_per_camera     # [bos] [patches] [proprio] [text]
+
+
+def observation(instruction: str, seed: int = 0) -> Observation:
+    rng = np.random.default_rng(seed)
+    return Observation(image_primary=rng.integers(0, 256, (32, 32, 3), dtype=np.uint8),
+                       image_wrist=rng.integers(0, 256, (32, 32, 3), dtype=np.uint8),
+                       instruction=instruction,
+                       proprio=rng.normal(0, 0.1, 7).astype(np.float32))
+
+
+def tokens(vla: SmallVLA, obs: Observation) -> list[int]:
+    return ActionDecoder(vla).decode(obs).tokens.tolist()
+
+
+def make_it_matter(vla: SmallVLA, std: float = 0.5) -> None:
+    """Random weights in the two zero-initialised layers (the embedding and the FiLM)."""
+    pathway = vla.net.subgoal
+    with torch.no_grad():
+        pathway.embed[-1].weight.normal_(0.0, std)
+        pathway.encoder.film.mlp[-1].weight.normal_(0.0, std)
+
+
+def test_added_pathway_leaves_the_actions_unchanged_until_trained():
+    base = SmallVLA.random(TINY_STEM, seed=1, lm_head_scale=8.0)
+    base.gripper_switch_probability = 0.4
+    base.action_stats = ActionStats.from_actions(
+        np.random.default_rng(0).normal(size=(50, 7)).astype(np.float32))
+    with_pathway = base.with_subgoal_pathway(8)
+    assert with_pathway.config.subgoal_pathway == 8 and base.config.subgoal_pathway == 0
+    for text in ("put the red block in the basket", "put the green can in the basket"):
+        obs = observation(text)
+        torch.testing.assert_close(base.encode(obs).embeds, with_pathway.encode(obs).embeds)
+        assert tokens(base, obs) == tokens(with_pathway, obs)
+    assert with_pathway.gripper_switch_probability == 0.4
+    assert with_pathway.action_stats is base.action_stats
+    # Warm start: the pathway's encoder is the main encoder (its FiLM new).
+    main = base.net.vision.state_dict()
+    copied = with_pathway.net.subgoal.encoder.state_dict()
+    assert {k for k in main if not k.startswith(("projector.", "film."))} == {
+        k for k in copied if not k.startswith("film.")}
+    for key, value in copied.items():
+        if not key.startswith("film."):
+            assert torch.equal(value, main[key]), key
+    with pytest.raises(ValueError, match="already"):
+        with_pathway.with_subgoal_pathway(8)
+    # Its new weights come from the seed, not from the global RNG.
+    head = with_pathway.net.subgoal.head[0].weight
+    assert torch.equal(base.with_subgoal_pathway(8).net.subgoal.head[0].weight, head)
+    assert not torch.equal(base.with_subgoal_pathway(8, seed=1).net.subgoal.head[0].weight, head)
+
+
+def test_a_trained_pathway_tells_the_decoder_where_the_named_object_is():
+    vla = SmallVLA.random(TINY_STEM, seed=2).with_subgoal_pathway(8)
+    make_it_matter(vla)
+    red, green = (vla.encode(observation(f"put the {c} block in the basket"))
+                  for c in ("red", "green"))
+    patches = slice(1, PROPRIO_TOKEN)
+    # The main encoder does not read the instruction; the pathway does, into the pose token.
+    torch.testing.assert_close(red.embeds[:, patches], green.embeds[:, patches])
+    assert not torch.allclose(red.embeds[:, PROPRIO_TOKEN], green.embeds[:, PROPRIO_TOKEN],
+                              atol=1e-4)
+    # The retrieval feature is the main encoder's: the same for both instructions.
+    torch.testing.assert_close(red.vision_features, green.vision_features)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    vla = SmallVLA.random(TINY_STEM, seed=4, lm_head_scale=8.0).with_subgoal_pathway(8)
+    make_it_matter(vla)
+    vla.action_stats = ActionStats.from_actions(np.random.default_rng(0).normal(0, 0.01, (50, 7)))
+    path = save_small_vla(vla, tmp_path / "pathway.safetensors", dtype="float32",
+                          extra={"action_stats": vla.action_stats.to_json()})
+    loaded = load_small_vla(path)
+    assert loaded.config == vla.config
+    obs = observation("put the yellow block in the basket")
+    assert tokens(loaded, obs) == tokens(vla, obs)
+
+
+def test_config_needs_a_stem_and_a_proprio_token_and_is_fingerprinted_only_when_on():
+    from heisd_ros.retrieval.embedding import model_fingerprint
+
+    with pytest.raises(ValueError, match="stem_channels > 0 and proprio_dim > 0"):
+        dataclasses.replace(TINY, subgoal_pathway=8)                # no stem
+    with pytest.raises(ValueError, match="stem_channels > 0 and proprio_dim > 0"):
+        dataclasses.replace(TINY_STEM, proprio_dim=0, subgoal_pathway=8)
+    with pytest.raises(ValueError, match="subgoal_pathway"):
+        dataclasses.replace(TINY_STEM, subgoal_pathway=-1)
+    assert "subgoal_pathway" not in TINY_STEM.identity_json()
+    on = dataclasses.replace(TINY_STEM, subgoal_pathway=8)
+    assert '"subgoal_pathway": 8' in on.identity_json()
+    # The pathway hashes the instruction words into the buckets, so they count.
+    assert on.identity_json() != dataclasses.replace(on, instruction_buckets=77).identity_json()
+    plain = SmallVLA.random(TINY_STEM, seed=4)
+    assert model_fingerprint(plain.with_subgoal_pathway(8)) != model_fingerprint(plain)
+
+
+def pathway_trainer(vla: SmallVLA, cache, **options) -> VLATrainer:
+    train_index, _ = split_episodes(cache, 1)
+    config = VLATrainConfig(**{"steps": 3, "batch_size": 4, "lr": 1e-2, "seed": 0, **options})
+    return VLATrainer(vla, cache, train_index, config,
+                      ActionStats.from_actions(cache.actions[train_index]))
+
+
+def test_the_action_loss_trains_the_decoder_and_embedding_but_never_the_predictor():
+    cache = two_task_cache()
+    vla = SmallVLA.random(TINY_STEM, seed=0).with_subgoal_pathway(8)
+    before = {n: p.detach().clone() for n, p in vla.net.named_parameters()}
+    trainer = pathway_trainer(vla, cache)
+    for _ in range(3):
+        trainer.train_step()
+    for name, p in vla.net.named_parameters():
+        assert torch.equal(p, before[name]) == name.startswith(PATHWAY_PREDICTOR), name
+    # With the vision encoder frozen too, as in the run that ships such a model.
+    vla = SmallVLA.random(TINY_STEM, seed=0).with_subgoal_pathway(8)
+    before = {n: p.detach().clone() for n, p in vla.net.named_parameters()}
+    trainer = pathway_trainer(vla, cache, freeze_vision=True)
+    for _ in range(3):  # the embedding's first layer moves once its zero output layer has
+        trainer.train_step()
+    for name, p in vla.net.named_parameters():
+        fixed = name.startswith(PATHWAY_PREDICTOR) or (
+            name.startswith("vision.") and not name.startswith("vision.projector."))
+        assert torch.equal(p, before[name]) == fixed, name
+    with pytest.raises(ValueError, match="never trains"):
+        pathway_trainer(vla, cache, train_only=("subgoal.head.",))
+
+
+def test_the_pathway_stage_trains_only_the_predictor_and_lowers_its_loss():
+    cache = two_task_cache()
+    vla = SmallVLA.random(TINY_STEM, seed=0).with_subgoal_pathway(8)
+    trainer = pathway_trainer(vla, cache)
+    np.testing.assert_array_equal(trainer.pathway_targets, subgoal_targets(
+        cache.actions[:, -1], cache.proprio[:, :3], cache.episode))
+    before = {n: p.detach().clone() for n, p in vla.net.named_parameters()}
+    first = trainer.evaluate(trainer.train_index)["pathway_loss"]
+    losses = pretrain_subgoal_pathway(trainer, 150, 8, 3e-3)
+    assert len(losses) == 150 and all(np.isfinite(losses))
+    # The images are all grey: only the instruction ("go left"/"go right") tells the sides apart.
+    assert trainer.evaluate(trainer.train_index)["pathway_loss"] < 0.6 * first
+    for name, p in vla.net.named_parameters():
+        assert torch.equal(p, before[name]) != name.startswith(PATHWAY_PREDICTOR), name
+        # The stage hands the predictor back frozen for the action loss.
+        assert p.requires_grad != name.startswith(PATHWAY_PREDICTOR), name
+    with pytest.raises(ValueError, match="no subgoal pathway"):
+        pretrain_subgoal_pathway(pathway_trainer(SmallVLA.random(TINY_STEM, seed=0), cache),
+                                 1, 4, 1e-3)
+
+
+def test_batched_loss_matches_the_single_sample_decode_path():
+    cache = two_task_cache()
+    vla = SmallVLA.random(TINY_STEM, seed=3, lm_head_scale=8.0).with_subgoal_pathway(8)
+    make_it_matter(vla)
+    trainer = pathway_trainer(vla, cache)
+    vla.net.eval()
+    i = 4
+    obs = Observation(image_primary=np.ascontiguousarray(cache.images[i, 0]),
+                      image_wrist=np.ascontiguousarray(cache.images[i, 1]),
+                      instruction=cache.episode_instructions[cache.episode[i]],
+                      proprio=cache.proprio[i])
+    batch = trainer._batch(np.asarray([i]), augment=False)
+    with torch.no_grad():
+        result = ActionDecoder(vla).decode(obs)
+        # Teacher forcing with the greedy bins reproduces the greedy decode.
+        predicted = action_loss(vla, batch.images, batch.prompts, result.bins[None],
+                                batch.proprio, subgoal_words=batch.subgoal_words).predicted
+    assert predicted[0].tolist() == list(result.bins)
+    with pytest.raises(ValueError, match="subgoal_words"):
+        action_loss(vla, batch.images, batch.prompts, result.bins[None], batch.proprio)
+
+
+def test_command_line_adds_the_pathway_trains_it_then_the_decoder(tmp_path):
+    from heisd_ros.tools import train_vla
+    from test.test_vla_training import cli_base_model
+
+    common = cli_base_model(tmp_path, "--stem-channels", "8", "--proprio")
+    base = tmp_path / "a" / "small_vla.safetensors"
+    staged = ["--init-from", str(base), "--subgoal-pathway", "8", "--pathway-steps", "3",
+              "--pretrain-batch-size", "4", "--freeze-vision"]
+    assert train_vla.main(common + ["--out", str(tmp_path / "b"), *staged]) == 0
+    start = load_small_vla(base).net
+    tuned = load_small_vla(tmp_path / "b" / "small_vla.safetensors")
+    assert tuned.config.subgoal_pathway == 8
+    # The pathway's encoder started as the main one and its stage moved it.
+    moved = [n for n, p in start.vision.named_parameters() if not n.startswith("projector.")
+             and not torch.equal(p, dict(tuned.net.subgoal.encoder.named_parameters())[n])]
+    assert moved
+    card = json.loads((tmp_path / "b" / "card.json").read_text())
+    stage = card["subgoal_pathway_stage"]
+    assert stage["steps"] == 3 and np.isfinite(stage["val_pathway_loss_after"])
+    assert "pathway_loss" in card["final_validation"]
+    with pytest.raises(ValueError, match="--subgoal-pathway WIDTH"):
+        train_vla.main(common + ["--out", str(tmp_path / "c"), "--init-from", str(base),
+                                 "--pathway-steps", "2"])
