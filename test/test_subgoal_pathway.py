@@ -151,6 +151,26 @@ def test_the_action_loss_trains_the_decoder_and_embedding_but_never_the_predicto
         pathway_trainer(vla, cache, train_only=("subgoal.head.",))
 
 
+def test_the_embedding_learns_at_its_own_rate():
+    cache = two_task_cache()
+    vla = SmallVLA.random(TINY_STEM, seed=0).with_subgoal_pathway(8)
+    trainer = pathway_trainer(vla, cache, pathway_lr_factor=30.0)
+    trainer.train_step()
+    embed = {id(p) for p in vla.net.subgoal.embed.parameters()}
+    rates = {}
+    for group in trainer.optimizer.param_groups:
+        kinds = {id(p) in embed for p in group["params"]}
+        assert len(kinds) <= 1                      # a group is all embedding or none of it
+        for kind in kinds:
+            rates.setdefault(kind, set()).add(group["lr"])
+    assert len(rates[True]) == len(rates[False]) == 1
+    assert rates[True].pop() == pytest.approx(30.0 * rates[False].pop())
+    assert sum(len(g["params"]) for g in trainer.optimizer.param_groups) == len(
+        [p for p in vla.net.parameters() if p.requires_grad])
+    with pytest.raises(ValueError, match="pathway_lr_factor"):
+        VLATrainConfig(pathway_lr_factor=float("nan"))
+
+
 def test_the_pathway_stage_trains_only_the_predictor_and_lowers_its_loss():
     cache = two_task_cache()
     vla = SmallVLA.random(TINY_STEM, seed=0).with_subgoal_pathway(8)
@@ -201,7 +221,7 @@ def test_command_line_adds_the_pathway_trains_it_then_the_decoder(tmp_path):
     common = cli_base_model(tmp_path, "--stem-channels", "8", "--proprio")
     base = tmp_path / "a" / "small_vla.safetensors"
     staged = ["--init-from", str(base), "--subgoal-pathway", "8", "--pathway-steps", "3",
-              "--pretrain-batch-size", "4", "--freeze-vision"]
+              "--pretrain-batch-size", "4", "--freeze-vision", "--pathway-lr-factor", "10"]
     assert train_vla.main(common + ["--out", str(tmp_path / "b"), *staged]) == 0
     start = load_small_vla(base).net
     tuned = load_small_vla(tmp_path / "b" / "small_vla.safetensors")
@@ -214,6 +234,7 @@ def test_command_line_adds_the_pathway_trains_it_then_the_decoder(tmp_path):
     stage = card["subgoal_pathway_stage"]
     assert stage["steps"] == 3 and np.isfinite(stage["val_pathway_loss_after"])
     assert "pathway_loss" in card["final_validation"]
+    assert card["training"]["pathway_lr_factor"] == 10.0
     with pytest.raises(ValueError, match="--subgoal-pathway WIDTH"):
         train_vla.main(common + ["--out", str(tmp_path / "c"), "--init-from", str(base),
                                  "--pathway-steps", "2"])

@@ -158,6 +158,7 @@ def train(args) -> dict:
                                 aux_subgoals=args.aux_subgoals,
                                 freeze_vision=args.freeze_vision,
                                 train_only=tuple(args.train_only),
+                                pathway_lr_factor=args.pathway_lr_factor,
                                 gripper_change_weight=args.gripper_change_weight,
                                 distill_weight=args.distill_weight if args.distill_from else 0.0)
         teacher = load_small_vla(args.distill_from) if args.distill_from else None
@@ -410,6 +411,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "its targets for this many steps (--pretrain-batch-size, "
                              "--pretrain-lr and the --pretrain-suites/--pretrain-before-grasp/"
                              "--pretrain-focus-share draws); the action loss never trains them")
+    parser.add_argument("--pathway-lr-factor", type=float, default=1.0,
+                        help="learning rate of the subgoal pathway's embedding relative to "
+                             "--lr (it starts at zero; a fine-tune's small rate keeps it too "
+                             "small for the decoder to read)")
     parser.add_argument("--prompt-layout", choices=PROMPT_LAYOUTS, default=None,
                         help="order of the prompt: vision_first (OpenVLA's; the default of a new "
                              "model) or instruction_first (the instruction's keys/values are "
