@@ -25,8 +25,6 @@ from heisd_ros.models.vla_training import (
 from test.test_subgoal import two_task_cache
 from test.test_vla_training import TINY, TINY_STEM
 
-PROPRIO_TOKEN = 1 + 2 * TINY_STEM.patches_per_camera     # [bos] [patches] [proprio] [text]
-
 
 def observation(instruction: str, seed: int = 0) -> Observation:
     rng = np.random.default_rng(seed)
@@ -78,17 +76,28 @@ def test_added_pathway_leaves_the_actions_unchanged_until_trained():
 
 
 def test_a_trained_pathway_tells_the_decoder_where_the_named_object_is():
-    vla = SmallVLA.random(TINY_STEM, seed=2).with_subgoal_pathway(8)
+    base = SmallVLA.random(TINY_STEM, seed=2)
+    vla = base.with_subgoal_pathway(8)
     make_it_matter(vla)
-    red, green = (vla.encode(observation(f"put the {c} block in the basket"))
-                  for c in ("red", "green"))
-    patches = slice(1, PROPRIO_TOKEN)
-    # The main encoder does not read the instruction; the pathway does, into the pose token.
-    torch.testing.assert_close(red.embeds[:, patches], green.embeds[:, patches])
-    assert not torch.allclose(red.embeds[:, PROPRIO_TOKEN], green.embeds[:, PROPRIO_TOKEN],
-                              atol=1e-4)
-    # The retrieval feature is the main encoder's: the same for both instructions.
-    torch.testing.assert_close(red.vision_features, green.vision_features)
+    added = {}
+    for colour in ("red", "green"):
+        obs = observation(f"put the {colour} block in the basket")
+        ours, theirs = vla.encode(obs), base.encode(obs)
+        # Only the last prompt token (it predicts the first action token) gets the prediction.
+        torch.testing.assert_close(ours.embeds[:, :-1], theirs.embeds[:, :-1])
+        added[colour] = ours.embeds[0, -1] - theirs.embeds[0, -1]
+        # The retrieval feature is the main encoder's, which does not read the instruction.
+        torch.testing.assert_close(ours.vision_features, theirs.vision_features)
+    assert not torch.allclose(added["red"], added["green"], atol=1e-4)
+    # The instruction-first layout: the last prompt token is the proprio token, after the
+    # instruction-only head whose keys/values are reused.
+    first = base.with_prompt_layout("instruction_first")
+    first_path = vla.with_prompt_layout("instruction_first")
+    obs = observation("put the red block in the basket")
+    ours, theirs = first_path.encode(obs), first.encode(obs)
+    assert ours.static_length == theirs.static_length < ours.embeds.shape[1] - 1
+    torch.testing.assert_close(ours.embeds[:, :-1], theirs.embeds[:, :-1])
+    assert not torch.allclose(ours.embeds[:, -1], theirs.embeds[:, -1], atol=1e-4)
 
 
 def test_checkpoint_round_trip(tmp_path):
@@ -203,15 +212,19 @@ def test_batched_loss_matches_the_single_sample_decode_path():
                       image_wrist=np.ascontiguousarray(cache.images[i, 1]),
                       instruction=cache.episode_instructions[cache.episode[i]],
                       proprio=cache.proprio[i])
-    batch = trainer._batch(np.asarray([i]), augment=False)
+    other = 7                                # "go right": a prompt one byte longer than i's
+    assert len(trainer.prompts[cache.episode[other]]) == len(trainer.prompts[cache.episode[i]]) + 1
+    batch = trainer._batch(np.asarray([i, other]), augment=False)
     with torch.no_grad():
         result = ActionDecoder(vla).decode(obs)
-        # Teacher forcing with the greedy bins reproduces the greedy decode.
-        predicted = action_loss(vla, batch.images, batch.prompts, result.bins[None],
-                                batch.proprio, subgoal_words=batch.subgoal_words).predicted
+        # Teacher forcing with the greedy bins reproduces the greedy decode, with the
+        # prediction at sample i's own last prompt token in a right-padded batch.
+        bins = np.stack([result.bins, trainer.bins[other]])
+        predicted = action_loss(vla, batch.images, batch.prompts, bins, batch.proprio,
+                                subgoal_words=batch.subgoal_words).predicted
     assert predicted[0].tolist() == list(result.bins)
     with pytest.raises(ValueError, match="subgoal_words"):
-        action_loss(vla, batch.images, batch.prompts, result.bins[None], batch.proprio)
+        action_loss(vla, batch.images, batch.prompts, bins, batch.proprio)
 
 
 def test_command_line_adds_the_pathway_trains_it_then_the_decoder(tmp_path):

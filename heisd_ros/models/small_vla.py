@@ -74,7 +74,7 @@ class ProprioEncoder(nn.Module):
 
 
 class SubgoalPathway(nn.Module):
-    """Cameras + instruction + pose -> predicted subgoals -> an addition to the proprio token.
+    """Cameras + instruction + pose -> predicted subgoals -> an addition to the prompt's end.
 
     The decoder of a small VLA trained by behaviour cloning alone does not bind the object
     word of its byte prompt to that object in the image (``subgoal.py``), while an encoder
@@ -86,9 +86,12 @@ class SubgoalPathway(nn.Module):
     * ``head``: an MLP from its flattened patch features and the pose features to
       ``subgoal.py``'s targets (the EE displacement to the next two gripper changes, in units
       of 0.1 m);
-    * ``embed``: an MLP from that prediction to the LLM's embedding space, added to the
-      proprio token. Its output layer starts at zero, so adding the pathway to a trained
-      model leaves its actions unchanged until the decoder is trained to read it.
+    * ``embed``: an MLP from that prediction to the LLM's embedding space, added to the last
+      prompt token (the position whose hidden state predicts the first action token; the
+      action tokens attend to it). Its output layer starts at zero, so adding the pathway to
+      a trained model leaves its actions unchanged until the decoder is trained to read it.
+      (Added to the proprio token instead, mid-prompt, the decoder hardly read it: session
+      15's runs p1/p2 in the assets README.)
 
     ``heisd-train-vla --subgoal-pathway`` trains it in two stages: encoder and head alone on
     the subgoal targets, then, with them fixed, the decoder and ``embed`` on the actions (a
@@ -129,7 +132,7 @@ class SubgoalPathway(nn.Module):
 
     def forward(self, pixels: torch.Tensor, words: torch.Tensor,
                 proprio: torch.Tensor) -> torch.Tensor:
-        """The (B, hidden_size) addition to the proprio token (see :meth:`predict`)."""
+        """The (B, hidden_size) addition to the last prompt token (see :meth:`predict`)."""
         subgoals = self.predict(pixels, words, proprio)
         return self.embed(subgoals.to(self.embed[0].weight.dtype))
 
@@ -193,19 +196,22 @@ class SmallVLA(TargetVLA):
         text = self.embed(ids)
         step = [tokens.to(text.dtype)]
         if self.net.proprio is not None:
-            proprio = self._proprio(observation)
-            token = self.net.proprio(proprio)
-            pathway = self.net.subgoal
-            if pathway is not None:
-                token = token + pathway(pixels[None], pathway.word_ids([observation.instruction]),
-                                        proprio[None])[0].to(token.dtype)
-            step.append(token.reshape(1, 1, -1))
+            step.append(self.net.proprio(self._proprio(observation)).reshape(1, 1, -1))
         if self.instruction_first:
-            return Prefix(embeds=torch.cat([text, *step], dim=1),
-                          vision_features=pooled.float().cpu(), static_length=len(ids),
-                          static_key=tuple(ids))
-        return Prefix(embeds=torch.cat([text[:, :1], *step, text[:, 1:]], dim=1),
-                      vision_features=pooled.float().cpu())
+            embeds = torch.cat([text, *step], dim=1)
+        else:
+            embeds = torch.cat([text[:, :1], *step, text[:, 1:]], dim=1)
+        pathway = self.net.subgoal
+        if pathway is not None:
+            # The pathway's prediction joins the last prompt token (the one whose hidden state
+            # predicts the first action token), after the instruction-only head.
+            extra = pathway(pixels[None], pathway.word_ids([observation.instruction]),
+                            self._proprio(observation)[None]).to(embeds.dtype)
+            embeds = torch.cat([embeds[:, :-1], embeds[:, -1:] + extra[:, None]], dim=1)
+        if self.instruction_first:
+            return Prefix(embeds=embeds, vision_features=pooled.float().cpu(),
+                          static_length=len(ids), static_key=tuple(ids))
+        return Prefix(embeds=embeds, vision_features=pooled.float().cpu())
 
     def _proprio(self, observation: Observation) -> torch.Tensor:
         dim = self.config.proprio_dim

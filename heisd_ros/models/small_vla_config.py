@@ -46,8 +46,8 @@ class SmallVLAConfig:
         subgoal_pathway: 0 = none; > 0 = the FiLM width of a second, instruction-conditioned
             encoder of both cameras that predicts where the hand will be at the next two
             gripper changes (``subgoal.py``'s targets) and adds that prediction, embedded, to
-            the proprio token (``small_vla.SubgoalPathway``; needs stem_channels and
-            proprio_dim).
+            the last prompt token (``small_vla.SubgoalPathway``; needs stem_channels, and
+            proprio_dim for the pose it reads).
         max_instruction_bytes: longer instructions are cut (UTF-8 bytes).
         max_position_embeddings: upper bound on prompt + action length.
         attn_implementation: "eager" or "sdpa" (must honour a 4D tree mask).
@@ -107,8 +107,8 @@ class SmallVLAConfig:
                              f"{self.subgoal_pathway!r}")
         if self.subgoal_pathway and not (self.stem_channels and self.proprio_dim):
             raise ValueError("subgoal_pathway: its encoder is a FiLM-conditioned convolutional "
-                             "stem and its prediction is added to the proprio token; set "
-                             "stem_channels > 0 and proprio_dim > 0")
+                             "stem and its head reads the pose; set stem_channels > 0 and "
+                             "proprio_dim > 0")
         if self.stem_channels and self.patch_size_px % 8:
             raise ValueError(f"patch_size_px: the convolutional stem needs a multiple of 8, "
                              f"got {self.patch_size_px}")

@@ -383,14 +383,7 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
     step = [vision]
     if net.proprio is not None:
         p = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
-        token = net.proprio(p)
-        if net.subgoal is not None:
-            if subgoal_words is None or subgoal_words.shape[0] != b:
-                raise ValueError("action_loss: the model has a subgoal pathway; pass "
-                                 "subgoal_words (SubgoalPathway.word_ids of the instructions)")
-            token = token + net.subgoal(normalise_pixels(images), subgoal_words,
-                                        p).to(token.dtype)
-        step.append(token.unsqueeze(1))
+        step.append(net.proprio(p).unsqueeze(1))
     if vla.instruction_first:
         # [bos] [text, fixed slot] [vision] [proprio] a_0 .. a_5: every sample has one length.
         text = emb(torch.as_tensor(prompts, dtype=torch.long))
@@ -408,7 +401,17 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
         head = sum(part.shape[1] for part in parts)          # positions before the text
         parts.append(emb(tail_ids))
         prompt_len = torch.as_tensor([head + len(p) - 1 for p in prompts])      # P per sample
-    hidden = net.llm.model(inputs_embeds=torch.cat(parts, dim=1)).last_hidden_state
+    embeds = torch.cat(parts, dim=1)
+    if net.subgoal is not None:
+        # The pathway's prediction joins each sample's last prompt token (SmallVLA.prefix).
+        if subgoal_words is None or subgoal_words.shape[0] != b:
+            raise ValueError("action_loss: the model has a subgoal pathway; pass "
+                             "subgoal_words (SubgoalPathway.word_ids of the instructions)")
+        extra = net.subgoal(normalise_pixels(images), subgoal_words,
+                            torch.as_tensor(np.asarray(proprio, dtype=np.float32)))
+        at = F.one_hot(prompt_len - 1, embeds.shape[1]).to(embeds.dtype)           # (B, T)
+        embeds = embeds + at[..., None] * extra.to(embeds.dtype)[:, None]
+    hidden = net.llm.model(inputs_embeds=embeds).last_hidden_state
     where = prompt_len[:, None] - 1 + torch.arange(ACTION_DIM)[None]              # (B, 7)
     picked = hidden[torch.arange(b)[:, None], where]                              # (B, 7, H)
     logits = actions.action_logits(vla.lm_head(picked)).float()                   # (B, 7, 256)
