@@ -18,12 +18,13 @@ Examples:
         --pretrain-before-grasp --pretrain-focus-share 0.5 --freeze-vision \
         --subgoal-weight 5 --steps 2500
     # a subgoal pathway: a second, instruction-conditioned encoder first learns where the
-    # hand goes next (same draws), then the decoder learns to read its prediction while the
-    # pathway's predictor and the main encoder stay fixed
+    # hand goes next (same draws), then only its embedding trains on the actions, steering
+    # the trained decoder, which stays as it was (so do both encoders)
     heisd-train-vla --demos data/demos_128 --out runs/vla_path \
         --init-from runs/vla/small_vla.safetensors --subgoal-pathway 64 \
         --pathway-steps 3000 --pretrain-suites piper_object --pretrain-before-grasp \
-        --pretrain-focus-share 0.5 --freeze-vision --lr 1e-4 --pathway-lr-factor 30
+        --pretrain-focus-share 0.5 --train-only subgoal.embed. --lr 1e-4 \
+        --pathway-lr-factor 30
     # only (re-)evaluate OUT/small_vla.safetensors closed loop and update the card
     heisd-train-vla --demos data/demos_128 --out runs/vla --eval-only \
         --eval-episodes 5
