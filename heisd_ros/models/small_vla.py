@@ -94,8 +94,10 @@ class SubgoalPathway(nn.Module):
       15's runs p1/p2 in the assets README.)
 
     ``heisd-train-vla --subgoal-pathway`` trains it in two stages: encoder and head alone on
-    the subgoal targets, then, with them fixed, the decoder and ``embed`` on the actions (a
-    hierarchical policy: where to go, then how to move there).
+    the subgoal targets, then, with them fixed, ``embed`` on the actions (a hierarchical
+    policy: where to go, then how to move there). With ``--train-only subgoal.embed.`` a
+    trained decoder stays as it is and the embedding learns to steer it; fine-tuning the
+    decoder with it cost the other suites (session 15, assets README).
     """
 
     def __init__(self, config: SmallVLAConfig):
