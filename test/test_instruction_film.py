@@ -105,16 +105,21 @@ def test_batched_features_equal_one_sample_at_a_time():
         vision.features(pixels)
 
 
-def test_film_checkpoint_round_trip(tmp_path):
-    vla = SmallVLA.random(TINY_FILM, seed=4, lm_head_scale=8.0)
-    randomise_film(vla)
+def assert_checkpoint_round_trip(vla: SmallVLA, path) -> None:
+    """Saved and loaded, ``vla`` has its config and decodes the same tokens."""
     vla.action_stats = ActionStats.from_actions(np.random.default_rng(0).normal(0, 0.01, (50, 7)))
-    path = save_small_vla(vla, tmp_path / "film.safetensors", dtype="float32",
+    path = save_small_vla(vla, path, dtype="float32",
                           extra={"action_stats": vla.action_stats.to_json()})
     loaded = load_small_vla(path)
     assert loaded.config == vla.config
     obs = observation("put the yellow block in the basket")
     assert tokens(loaded, obs) == tokens(vla, obs)
+
+
+def test_film_checkpoint_round_trip(tmp_path):
+    vla = SmallVLA.random(TINY_FILM, seed=4, lm_head_scale=8.0)
+    randomise_film(vla)
+    assert_checkpoint_round_trip(vla, tmp_path / "film.safetensors")
 
 
 def test_config_needs_the_stem():

@@ -12,7 +12,7 @@ import torch
 from heisd_ros.actions.normalization import ActionStats
 from heisd_ros.data.observation import Observation
 from heisd_ros.decoding.decoder import ActionDecoder
-from heisd_ros.models.checkpoint import load_small_vla, save_small_vla
+from heisd_ros.models.checkpoint import load_small_vla
 from heisd_ros.models.small_vla import SmallVLA
 from heisd_ros.models.subgoal import pretrain_subgoal_pathway, subgoal_targets
 from heisd_ros.models.vla_training import (
@@ -22,20 +22,9 @@ from heisd_ros.models.vla_training import (
     action_loss,
     split_episodes,
 )
+from test.test_instruction_film import assert_checkpoint_round_trip, observation, tokens
 from test.test_subgoal import two_task_cache
 from test.test_vla_training import TINY, TINY_STEM
-
-
-def observation(instruction: str, seed: int = 0) -> Observation:
-    rng = np.random.default_rng(seed)
-    return Observation(image_primary=rng.integers(0, 256, (32, 32, 3), dtype=np.uint8),
-                       image_wrist=rng.integers(0, 256, (32, 32, 3), dtype=np.uint8),
-                       instruction=instruction,
-                       proprio=rng.normal(0, 0.1, 7).astype(np.float32))
-
-
-def tokens(vla: SmallVLA, obs: Observation) -> list[int]:
-    return ActionDecoder(vla).decode(obs).tokens.tolist()
 
 
 def make_it_matter(vla: SmallVLA, std: float = 0.5) -> None:
@@ -103,13 +92,7 @@ def test_a_trained_pathway_tells_the_decoder_where_the_named_object_is():
 def test_checkpoint_round_trip(tmp_path):
     vla = SmallVLA.random(TINY_STEM, seed=4, lm_head_scale=8.0).with_subgoal_pathway(8)
     make_it_matter(vla)
-    vla.action_stats = ActionStats.from_actions(np.random.default_rng(0).normal(0, 0.01, (50, 7)))
-    path = save_small_vla(vla, tmp_path / "pathway.safetensors", dtype="float32",
-                          extra={"action_stats": vla.action_stats.to_json()})
-    loaded = load_small_vla(path)
-    assert loaded.config == vla.config
-    obs = observation("put the yellow block in the basket")
-    assert tokens(loaded, obs) == tokens(vla, obs)
+    assert_checkpoint_round_trip(vla, tmp_path / "pathway.safetensors")
 
 
 def test_config_needs_a_stem_and_a_proprio_token_and_is_fingerprinted_only_when_on():
