@@ -198,7 +198,8 @@ class SmallVLA(TargetVLA):
         text = self.embed(ids)
         step = [tokens.to(text.dtype)]
         if self.net.proprio is not None:
-            step.append(self.net.proprio(self._proprio(observation)).reshape(1, 1, -1))
+            proprio = self._proprio(observation)  # the pathway reads it too
+            step.append(self.net.proprio(proprio).reshape(1, 1, -1))
         if self.instruction_first:
             embeds = torch.cat([text, *step], dim=1)
         else:
@@ -208,7 +209,7 @@ class SmallVLA(TargetVLA):
             # The pathway's prediction joins the last prompt token (the one whose hidden state
             # predicts the first action token), after the instruction-only head.
             extra = pathway(pixels[None], pathway.word_ids([observation.instruction]),
-                            self._proprio(observation)[None]).to(embeds.dtype)
+                            proprio[None]).to(embeds.dtype)  # a pathway implies proprio
             embeds = torch.cat([embeds[:, :-1], embeds[:, -1:] + extra[:, None]], dim=1)
         if self.instruction_first:
             return Prefix(embeds=embeds, vision_features=pooled.float().cpu(),

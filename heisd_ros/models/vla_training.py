@@ -372,8 +372,11 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
     """
     net, actions = vla.net, vla.actions
     emb = net.llm.get_input_embeddings()
+    # Normalised once, for the encoder (unless the caller has its features) and the pathway.
+    pixels = (normalise_pixels(images) if features is None or net.subgoal is not None
+              else None)
     if features is None:
-        vision = encode_images(vla, normalise_pixels(images), words)
+        vision = encode_images(vla, pixels, words)
     else:
         vision = net.vision.projector(features).reshape(len(prompts), -1, vla.config.hidden_size)
     vision = vision.to(emb.weight.dtype)
@@ -381,9 +384,10 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
     bins_t = torch.as_tensor(np.asarray(bins), dtype=torch.long)
     targets = actions.token_of_bin(bins_t)                                        # (B, 7) ids
     step = [vision]
+    pose = None  # the proprio vectors as a tensor (the pathway reads them too)
     if net.proprio is not None:
-        p = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
-        step.append(net.proprio(p).unsqueeze(1))
+        pose = torch.as_tensor(np.asarray(proprio, dtype=np.float32))
+        step.append(net.proprio(pose).unsqueeze(1))
     if vla.instruction_first:
         # [bos] [text, fixed slot] [vision] [proprio] a_0 .. a_5: every sample has one length.
         text = emb(torch.as_tensor(prompts, dtype=torch.long))
@@ -407,8 +411,7 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
         if subgoal_words is None or subgoal_words.shape[0] != b:
             raise ValueError("action_loss: the model has a subgoal pathway; pass "
                              "subgoal_words (SubgoalPathway.word_ids of the instructions)")
-        extra = net.subgoal(normalise_pixels(images), subgoal_words,
-                            torch.as_tensor(np.asarray(proprio, dtype=np.float32)))
+        extra = net.subgoal(pixels, subgoal_words, pose)  # a pathway implies a proprio token
         at = F.one_hot(prompt_len - 1, embeds.shape[1]).to(embeds.dtype)           # (B, T)
         embeds = embeds + at[..., None] * extra.to(embeds.dtype)[:, None]
     hidden = net.llm.model(inputs_embeds=embeds).last_hidden_state
