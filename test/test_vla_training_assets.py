@@ -51,6 +51,21 @@ def test_card_reports_what_was_measured():
     assert (ASSETS / "small_vla.safetensors").stat().st_size < 50e6
 
 
+def test_card_hybrid_comparison_agrees_with_its_ar_run():
+    """Greedy AR is deterministic, so the hybrid run's AR column must repeat closed_loop_ar."""
+    from heisd_ros.eval.metrics import wilson_interval
+
+    card = json.loads((ASSETS / "small_vla_card.json").read_text())
+    hybrid = card["closed_loop_20_per_task_hybrid"]["suites"]
+    for suite, methods in hybrid.items():
+        if suite != "all":
+            assert methods["ar"]["successes"] == card["closed_loop_ar"][suite]["successes"]
+        for row in methods.values():
+            assert row["success_rate"] == row["successes"] / row["episodes"]
+            np.testing.assert_allclose(row["sr_wilson95"],
+                                       wilson_interval(row["successes"], row["episodes"]))
+
+
 def test_shipped_model_fingerprint_is_the_one_its_db_was_built_with():
     """Fields added to the config later (FiLM, off) must not orphan DBs built before them."""
     from heisd_ros.retrieval.embedding import model_fingerprint
