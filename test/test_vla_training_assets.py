@@ -16,6 +16,10 @@ from heisd_ros.tools._common import DEFAULT_TARGET_PATH
 ASSETS = DEFAULT_TARGET_PATH.parent
 
 
+def shipped_card() -> dict:
+    return json.loads((ASSETS / "small_vla_card.json").read_text())
+
+
 def observation() -> Observation:
     rng = np.random.default_rng(0)
     return Observation(image_primary=rng.integers(0, 255, (128, 128, 3), dtype=np.uint8),
@@ -44,7 +48,7 @@ def test_shipped_draft_head_matches_the_shipped_target():
 
 
 def test_card_reports_what_was_measured():
-    card = json.loads((ASSETS / "small_vla_card.json").read_text())
+    card = shipped_card()
     assert card["commands"] and card["final_validation"]["token_acc"] > 0
     closed = card["closed_loop_ar"]
     assert 0 <= closed["mean_over_suites"] <= 1
@@ -55,7 +59,7 @@ def test_card_hybrid_comparison_agrees_with_its_ar_run():
     """Greedy AR is deterministic, so the hybrid run's AR column must repeat closed_loop_ar."""
     from heisd_ros.eval.metrics import wilson_interval
 
-    card = json.loads((ASSETS / "small_vla_card.json").read_text())
+    card = shipped_card()
     hybrid = card["closed_loop_20_per_task_hybrid"]["suites"]
     for suite, methods in hybrid.items():
         if suite != "all":
@@ -70,13 +74,13 @@ def test_shipped_model_fingerprint_is_the_one_its_db_was_built_with():
     """Fields added to the config later (FiLM, off) must not orphan DBs built before them."""
     from heisd_ros.retrieval.embedding import model_fingerprint
 
-    card = json.loads((ASSETS / "small_vla_card.json").read_text())
+    card = shipped_card()
     vla = load_small_vla(DEFAULT_TARGET_PATH)
     assert vla.config.instruction_film == 0
     assert model_fingerprint(vla) == card["calibration"]["model_fingerprint"]
 
 
 def test_shipped_model_carries_the_gripper_rule_its_card_reports():
-    card = json.loads((ASSETS / "small_vla_card.json").read_text())
+    card = shipped_card()
     vla = load_small_vla(DEFAULT_TARGET_PATH)
     assert vla.gripper_switch_probability == card["gripper_rule"]["gripper_switch_probability"]
