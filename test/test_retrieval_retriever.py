@@ -67,7 +67,7 @@ def test_top_k_ok(db):
     (TASK, DIM + 3, 4, None, RetrievalStatus.BAD_REQUEST, "expected 16 values"),
     (TASK, DIM, 0, None, RetrievalStatus.BAD_REQUEST, "k: expected"),
     (TASK, DIM, 4, -1.0, RetrievalStatus.BAD_REQUEST, "deadline_s"),
-    ("broken task", DIM, 4, None, RetrievalStatus.ERROR, "corrupt payload"),
+    ("broken task", DIM, 4, None, RetrievalStatus.ERROR, "malformed candidate"),
 ])
 def test_statuses_carry_reasons(db, task, query_dim, k, deadline, status, words):
     store, _ = db

@@ -361,7 +361,8 @@ class HybridDecoder:
 
     def _may_skip(self, outcome: RetrievalOutcome, notes: list[str]) -> bool:
         top = outcome.candidates[0]
-        if top.score < self.skip_threshold:
+        # Written so that NaN (which no caller should pass: RetrievalSource refuses it) verifies.
+        if not top.score >= self.skip_threshold:
             notes.append(f"verify: similarity {top.score:.4f} < {self.skip_threshold:.4f}")
             return False
         gripper = float(self.codec.decode(np.asarray(top.bins, np.int64))[GRIPPER_DIM])

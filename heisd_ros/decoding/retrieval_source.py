@@ -38,7 +38,7 @@ from heisd_ros.decoding.retrieval_tree import (
 from heisd_ros.decoding.tree import DraftTree
 from heisd_ros.retrieval.embedding import embedding_from_features
 from heisd_ros.retrieval.errors import RetrievalStatus
-from heisd_ros.retrieval.records import Candidate
+from heisd_ros.retrieval.records import Candidate, score_problem
 
 
 class RetrievalClient(Protocol):
@@ -173,6 +173,14 @@ class RetrievalSource(DraftSource):
         candidates = tuple(result.candidates)
         if not candidates:
             return outcome(RetrievalStatus.EMPTY, reason="no candidates returned")
+        # Checked here too, whatever the client: a score decides verify-skip, and a NaN one
+        # would pass any ``score < threshold`` test the wrong way.
+        for candidate in candidates:
+            problem = score_problem(getattr(candidate, "score", None))
+            if problem:
+                return outcome(RetrievalStatus.ERROR,
+                               reason=f"malformed candidate {getattr(candidate, 'id', '?')}: "
+                                      f"{problem}")
         return outcome(RetrievalStatus.OK, candidates)
 
     def prepare(self, outcome: RetrievalOutcome) -> None:

@@ -15,6 +15,7 @@ Field names follow ``msg/RetrievalCandidate.msg`` where it has them (lookahead_*
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,24 @@ import numpy as np
 ACTION_DIM = 7
 NUM_BINS = 256
 LOOKAHEAD = 3  # the paper stores the current action plus the next 3
+# A candidate's score is a cosine similarity: [-1, 1], plus what float16 vectors or int8
+# quantization with rescoring can add by rounding. Anything else (NaN, inf, 1.5) is a broken
+# backend, and a score decides whether an action runs without the VLA (verify-skip).
+SCORE_TOLERANCE = 1e-3
+
+
+def score_problem(score: Any) -> str:
+    """"" for a usable similarity score, else why it is not (for error messages)."""
+    try:
+        value = float(score)
+    except (TypeError, ValueError):
+        return f"score: expected a number, got {score!r}"
+    if not math.isfinite(value):
+        return f"score: expected a finite cosine similarity, got {value}"
+    if abs(value) > 1.0 + SCORE_TOLERANCE:
+        return (f"score: expected a cosine similarity in [-1, 1] (+/- {SCORE_TOLERANCE}), "
+                f"got {value}")
+    return ""
 
 
 def _bins(name: str, value: Any, rows: bool) -> np.ndarray:
@@ -113,6 +132,11 @@ class Candidate:
     id: int
     score: float
     record: StepRecord
+
+    def __post_init__(self) -> None:
+        problem = score_problem(self.score)
+        if problem:
+            raise ValueError(f"candidate {self.id}: {problem}")
 
     @property
     def bins(self) -> np.ndarray:

@@ -176,7 +176,8 @@ class Retriever:
         try:
             ranked = hits_to_candidates(hits)
         except ValueError as exc:
-            return done(RetrievalStatus.ERROR, f"corrupt payload in task {task!r}: {exc}")
+            return done(RetrievalStatus.ERROR, f"malformed candidate (corrupt payload or "
+                                               f"score) in task {task!r}: {exc}")
         ranked, demoted = self._demote(ranked, ids, bins)
         chosen = ranked[:k]
         demoted_out = [c.id for c in chosen if c.id in demoted]
@@ -202,6 +203,10 @@ class Retriever:
 
 
 def hits_to_candidates(hits: Iterable[Hit]) -> list[Candidate]:
-    """Parse raw store hits (e.g. in an offline tool); ValueError on a corrupt payload."""
+    """Parse raw store hits (e.g. in an offline tool).
+
+    Raises ValueError on a corrupt payload or a score that is no cosine similarity (NaN, inf,
+    beyond [-1, 1]).
+    """
     return [Candidate(id=h.id, score=h.score, record=StepRecord.from_payload(h.payload))
             for h in hits]
