@@ -62,7 +62,9 @@ def graph(tmp_path_factory):
         Parameter("warn_throttle_s", value=0.0), Parameter("diagnostics_period_s", value=0.2),
         # a loaded machine may take a few tenths of a second to a decode: the stale case is
         # 3 s old, so a 2 s limit still tells it apart from a slow good frame
-        Parameter("input.max_age_s", value=2.0)])
+        Parameter("input.max_age_s", value=2.0), Parameter("max_command_age_s", value=2.0),
+        # the silent-input report has its own test, which lowers this for its duration
+        Parameter("input_timeout_s", value=30.0)])
     broken = PolicyNode("broken_policy", context=context, parameter_overrides=[
         Parameter("model.path", value="/nonexistent/vla.safetensors")])
     peer = rclpy.create_node("policy_test_peer", context=context)
@@ -95,7 +97,8 @@ def spin_until(executor, condition, timeout_s=20.0):
     return condition()
 
 
-def send(graph, *, third=None, wrist=None, joints=0.1, offset_s=0.0, encoding="rgb8"):
+def send(graph, *, third=None, wrist=None, joints=0.1, offset_s=0.0, encoding="rgb8",
+         ee_x_m=0.3):
     """Publish a robot state, then both frames stamped (when sent) now + offset_s.
 
     ``encoding`` is the third-person camera's (the wrist sends rgb8). Spins until the
@@ -107,7 +110,7 @@ def send(graph, *, third=None, wrist=None, joints=0.1, offset_s=0.0, encoding="r
     joint = JointState(name=[f"joint{i}" for i in range(1, 7)] + ["gripper"],
                        position=[joints] * 6 + [0.07])
     pose = PoseStamped()
-    pose.pose.position.x, pose.pose.position.z, pose.pose.orientation.w = 0.3, 0.3, 1.0
+    pose.pose.position.x, pose.pose.position.z, pose.pose.orientation.w = ee_x_m, 0.3, 1.0
     joint.header.stamp = pose.header.stamp = seconds_to_stamp(now)
     pose.header.frame_id = "base_link"
     pubs["joints"].publish(joint)
@@ -226,3 +229,81 @@ def test_set_instruction_service(graph):
     assert (policy.instruction, policy.task) == ("stack them", "t1")
     future = client.call_async(hsrv.SetInstruction.Request(instruction=" "))
     assert spin_until(executor, future.done) and not future.result().success
+
+
+def test_a_command_from_frames_too_old_when_ready_is_not_sent(graph):
+    """The gate passed the frames, but decoding made them older than the limit: hold."""
+    policy = graph[0]
+    limit_s = policy.config.max_command_age_s
+    policy.config.max_command_age_s = 1e-6  # any real transport + decode takes longer
+    try:
+        cmds, refused = send(graph)
+    finally:
+        policy.config.max_command_age_s = limit_s
+    assert cmds == [] and "stale command" in refused, (refused, policy.last_problem)
+    assert "when the action was ready" in policy.last_problem
+    cmds, refused = send(graph)
+    assert len(cmds) == 1 and not refused
+
+
+def _diag(out, name="policy_node: policy"):
+    return next((s for d in reversed(out["diag"]) for s in d.status if s.name == name), None)
+
+
+def test_a_silent_camera_is_named_and_diagnostics_return_to_ok(graph):
+    policy, _broken, _peer, _pubs, executor, out = graph
+    cmds, _ = send(graph)
+    assert len(cmds) == 1
+    timeout_s = policy.config.input_timeout_s
+    policy.config.input_timeout_s = 0.3
+    reports = policy.refusals["waiting for input"]
+    try:
+        # Both cameras stop: the node must say so by itself (nothing else is refused).
+        assert spin_until(executor, lambda: policy.refusals["waiting for input"] > reports)
+        problem = policy.last_problem
+        assert problem.startswith("waiting for input: /camera/third_person/image_raw (silent "
+                                  "for"), problem
+        assert "/camera/wrist/image_raw (silent for" in problem
+        n = len(out["diag"])
+        assert spin_until(executor, lambda: len(out["diag"]) > n and _diag(out) is not None
+                          and _diag(out).level == _diag(out).WARN)
+        assert "silent for" in _diag(out).message
+    finally:
+        policy.config.input_timeout_s = timeout_s
+    cmds, _ = send(graph)  # input is good again: a command, and diagnostics say OK
+    assert len(cmds) == 1 and policy.last_problem == ""
+    n = len(out["diag"])
+    assert spin_until(executor, lambda: len(out["diag"]) > n + 1)
+    status = _diag(out)
+    values = {kv.key: kv.value for kv in status.values}
+    assert status.level == status.OK, status.message
+    assert values["last_refusal"].startswith("waiting for input")
+
+
+def test_an_episode_that_starts_again_resets_the_episode_state(graph):
+    from heisd_ros.nodes.sim_node import STATUS_QOS
+
+    policy, _broken, peer, _pubs, executor, _out = graph
+    pub = peer.create_publisher(hmsg.EpisodeStatus, "/heisd/episode_status", STATUS_QOS)
+
+    def status(step, done=False):
+        started = policy.episodes_started
+        pub.publish(hmsg.EpisodeStatus(suite="piper_goal", task="t", episode=0, seed=0,
+                                       step=step, done=done))
+        cmds, refused = send(graph)
+        assert len(cmds) == 1 and not refused, refused
+        return policy.episodes_started - started
+
+    assert spin_until(executor, lambda: pub.get_subscription_count() >= 1)
+    status(0)                       # whatever came before, this key is now current
+    assert status(4) == 0           # the same episode goes on
+    assert status(0) == 1           # a restarted sim begins episode 0 again: new
+    assert status(3, done=True) == 0
+    assert status(3) == 1           # running again after it was done: new
+    # A jump of the robot state (reset by hand, teach mode) is a new episode too.
+    started = policy.episodes_started
+    cmds, _ = send(graph, ee_x_m=0.3 + 2 * policy.config.episode_jump_m)
+    assert len(cmds) == 1 and policy.episodes_started == started + 1
+    cmds, _ = send(graph, ee_x_m=0.3 + 2 * policy.config.episode_jump_m + 0.01)
+    assert len(cmds) == 1 and policy.episodes_started == started + 1  # a small move: no
+    send(graph)                     # back to where the other tests expect the arm

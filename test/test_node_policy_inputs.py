@@ -100,3 +100,18 @@ def test_future_frames_arriving_one_by_one_never_block_the_good_pair_after_them(
     assert waiting.snapshot is None and not waiting.problem, waiting.problem
     gate.add_frame(second, 10.2, IMG)
     assert gate.take(10.22).snapshot is not None
+
+
+def test_a_new_episode_waits_for_frames_taken_after_it_started():
+    gate = gate_with()
+    gate.reset()  # the frames held show the scene before the episode started
+    assert gate.take(now_s=10.1).snapshot is None
+    gate.add_frame("third_person", 10.2, IMG)
+    assert gate.take(now_s=10.25).snapshot is None  # the wrist has nothing new yet
+    gate.add_frame("wrist", 10.21, IMG)
+    assert gate.take(now_s=10.25).snapshot.stamp_s == pytest.approx(10.21)
+    gate.reset()  # and a new episode may restart at older stamps (a restarted sim clock)
+    gate.add_frame("third_person", 1.0, IMG)
+    gate.add_frame("wrist", 1.0, IMG)
+    gate.add_robot(robot(1.0))
+    assert gate.take(now_s=1.1).snapshot.stamp_s == 1.0

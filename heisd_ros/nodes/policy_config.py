@@ -35,6 +35,15 @@ class PolicyNodeConfig:
         warn_throttle_s: one warning per refusal kind at most this often, s.
         diagnostics_period_s: period of /diagnostics, s.
         latency_window: steps in the latency statistics.
+        max_command_age_s: a command whose camera frames are older than this when the decoder
+            is done is not sent (the step holds and says why), s. The input gate checks the
+            frames' age when a step starts (``input.max_age_s``); decoding adds to it. The
+            driver has its own limit on the command's stamp.
+        input_timeout_s: with no command and no refusal for this long, the node names the
+            inputs it waits for (silent camera, robot state, instruction), s.
+        episode_jump_m: a robot state whose EE position lies farther than this from the
+            previous one starts a new episode (the arm was reset or moved by hand), m;
+            0 = off.
     """
 
     method: str = "heisd"
@@ -50,6 +59,9 @@ class PolicyNodeConfig:
     warn_throttle_s: float = 2.0
     diagnostics_period_s: float = 1.0
     latency_window: int = 500
+    max_command_age_s: float = 0.5
+    input_timeout_s: float = 1.0
+    episode_jump_m: float = 0.1
 
     def __post_init__(self) -> None:
         if not self.method:
@@ -58,9 +70,13 @@ class PolicyNodeConfig:
         if self.image_transport not in ("raw", "compressed"):
             raise ValueError(f"image_transport: expected 'raw' or 'compressed', got "
                              f"{self.image_transport!r}")
-        for name in ("min_period_s", "warn_throttle_s"):
+        for name in ("min_period_s", "warn_throttle_s", "episode_jump_m"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"{name}: expected >= 0 s, got {getattr(self, name)}")
+        for name in ("max_command_age_s", "input_timeout_s"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ValueError(f"{name}: expected a finite value > 0 s, "
+                                 f"got {getattr(self, name)}")
         if not self.diagnostics_period_s > 0:
             raise ValueError(f"diagnostics_period_s: expected > 0, "
                              f"got {self.diagnostics_period_s}")

@@ -140,7 +140,14 @@ class InputGate:
         self._robot_problem = problem or (robot.problem() if robot is not None else "no state")
 
     def reset(self) -> None:
-        """Forget which frames were used (a new episode may restart at older stamps)."""
+        """Start a new episode: forget the frames held and which were used.
+
+        The frames held show the scene before the episode started, so the next step waits for
+        new ones from both cameras; and the new episode may restart at older stamps.
+        """
+        self._frames.clear()
+        self._future.clear()
+        self._malformed = None
         self._used_stamp = -math.inf
         self._last_pair = None
 

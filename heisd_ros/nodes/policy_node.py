@@ -37,6 +37,18 @@ Models load in the configure step at start. A bad path or model does not kill th
 stays up, publishes nothing but diagnostics, and logs and reports the reason. Input the gate
 refuses (wrong encoding, mismatched sizes, NaN state, frames from the future or too old)
 produces one throttled warning per kind, named by the rule, and no command.
+
+Every hold says why. A command whose frames are older than ``max_command_age_s`` when the
+decoder is done is not sent ("stale command"). When nothing happens for ``input_timeout_s``
+(no command, no refusal) the node names what it waits for: a silent or never-heard camera or
+robot-state topic, or the instruction ("waiting for input"). /diagnostics shows the live
+problem (WARN) and returns to OK with the next command sent; ``last_refusal`` keeps the last
+reason for later reading.
+
+A new episode (new key or a restart of the same one on /heisd/episode_status, a call of
+``~/set_instruction``, or an EE jump of more than ``episode_jump_m`` between two robot states)
+resets the per-episode state (router history, drafts, gripper state, path) before the next
+step, in the step's own thread.
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ import threading
 import time
 from collections import Counter
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
@@ -117,7 +130,15 @@ class PolicyNode(Node):
         self.decoder = None
         self.model_description = ""
         self.refusals: Counter[str] = Counter()
-        self.last_problem = ""
+        self.last_problem = ""  # the live problem: cleared by the next command sent
+        self.last_refusal = ""  # the last reason ever given, for diagnostics
+        # node clock of the last command or refusal (start counts as one), s
+        self._last_activity_t = self.get_clock().now().nanoseconds * 1e-9
+        self._received: dict[str, float] = {}  # input -> node clock of its last message, s
+        self._episode_request: tuple[str, str | None] | None = None  # (why, task)
+        self._episode_status_progress: tuple[int, bool] | None = None  # (step, done)
+        self._last_ee_m = None
+        self.episodes_started = 0
         self._warned_at: dict[str, float] = {}
         self._lock = threading.Lock()  # gate + robot state between input and step callbacks
         self._joint: JointState | None = None
@@ -183,7 +204,24 @@ class PolicyNode(Node):
         self.get_logger().info(f"policy configured: method {self.config.method!r}, target "
                                f"{self.model_description}; decoder "
                                f"{getattr(self.decoder, 'description', '')}")
+        self.get_logger().info("acting on " + self._inputs_text())
         return True
+
+    def _input_topics(self) -> dict[str, str]:
+        """Input name -> the topic it comes from (as resolved by remapping)."""
+        cfg = self.config
+        suffix = "" if cfg.image_transport == "raw" else "/compressed"
+        return {"third_person": self.resolve_topic_name(cfg.third_person_topic + suffix),
+                "wrist": self.resolve_topic_name(cfg.wrist_topic + suffix),
+                "joint_states": self.resolve_topic_name("/joint_states"),
+                "ee_pose": self.resolve_topic_name("/ee_pose")}
+
+    def _inputs_text(self) -> str:
+        topics = self._input_topics()
+        return (f"frames on {topics['third_person']} and {topics['wrist']}, the robot state on "
+                f"{topics['joint_states']} and {topics['ee_pose']}, and an instruction "
+                f"(parameter `instruction`, service {self.get_fully_qualified_name()}"
+                f"/set_instruction, or /heisd/episode_status)")
 
     def _on_set_parameters(self, params) -> SetParametersResult:
         for param in params:
@@ -198,7 +236,8 @@ class PolicyNode(Node):
             response.success, response.message = False, "instruction: expected non-empty text"
             return response
         self.instruction, self.task = request.instruction, request.task
-        self._new_episode(("set_instruction", request.instruction, request.task))
+        self._episode_key = ("set_instruction", request.instruction, request.task)
+        self._request_episode("new instruction", request.task)
         response.success = True
         response.message = f"instruction {self.instruction!r}, task {self.task or '(derived)'!r}"
         self.get_logger().info(response.message)
@@ -212,17 +251,21 @@ class PolicyNode(Node):
             problem = ""
         except ImageConversionError as exc:
             rgb, problem = None, str(exc)
+        now = self._now()
+        self._received[camera] = now
         with self._lock:
             self.gate.add_frame(camera, stamp, rgb, problem)
-            self.latency.frame_received(stamp, self.get_clock().now().nanoseconds * 1e-9)
+            self.latency.frame_received(stamp, now)
         self._trigger.trigger()
 
     def _on_joint_state(self, msg: JointState) -> None:
         self._joint = msg
+        self._received["joint_states"] = self._now()
         self._update_robot()
 
     def _on_pose(self, msg: PoseStamped) -> None:
         self._pose = msg
+        self._received["ee_pose"] = self._now()
         self._update_robot()
 
     def _update_robot(self) -> None:
@@ -230,6 +273,14 @@ class PolicyNode(Node):
         if joint is None or pose is None:
             return
         robot, problem = robot_input(joint, pose)
+        if robot is not None and not problem and not robot.problem():
+            jump_m = self.config.episode_jump_m
+            if self._last_ee_m is not None and jump_m > 0:
+                moved_m = float(np.linalg.norm(robot.ee_position_m - self._last_ee_m))
+                if moved_m > jump_m:
+                    self._request_episode(f"the EE jumped {moved_m:.3f} m between two robot "
+                                          f"states (episode_jump_m {jump_m} m)")
+            self._last_ee_m = np.array(robot.ee_position_m, dtype=np.float64)
         with self._lock:
             self.gate.add_robot(robot, problem)
 
@@ -237,28 +288,53 @@ class PolicyNode(Node):
         if not self.config.follow_episode_status:
             return
         key = (msg.suite, msg.task, msg.episode, msg.seed)
-        if key != self._episode_key:
-            self._new_episode(key, msg.task)
+        progress = self._episode_status_progress
+        # The same key again from its start (a restarted sim begins at episode 0 again) is a
+        # new episode too: its step went back, or it runs again after it was done.
+        restarted = key == self._episode_key and progress is not None and (
+            msg.step < progress[0] or (progress[1] and not msg.done))
+        self._episode_status_progress = (int(msg.step), bool(msg.done))
+        if key != self._episode_key or restarted:
+            self._episode_key = key
+            self._episode_ended = False
+            self._request_episode(f"episode {msg.episode} of {msg.task or msg.suite} "
+                                  f"(seed {msg.seed}) {'restarted' if restarted else 'started'}",
+                                  msg.task)
         if msg.done and not self._episode_ended and self.decoder is not None:
             self._episode_ended = True
             self.decoder.episode_end(bool(msg.success))
         if not self.get_parameter("instruction").value:
             self.instruction, self.task = msg.instruction, msg.task or self.task
 
-    def _new_episode(self, key: tuple, task: str | None = None) -> None:
-        self._episode_key, self._episode_ended, self._episode_step = key, False, 0
+    def _request_episode(self, why: str, task: str | None = None) -> None:
+        """Start a new episode before the next step (the step thread applies it)."""
+        self._episode_request = (why, task)
+        self._trigger.trigger()
+
+    def _start_requested_episode(self) -> None:
+        request, self._episode_request = self._episode_request, None
+        if request is None:
+            return
+        why, task = request
+        self._episode_ended, self._episode_step = False, 0
         self._gripper_closed = None
         with self._lock:
             self.gate.reset()
         self._path = Path()
         if self.decoder is not None:
             self.decoder.begin_episode(task or self.task or None)
+        self.episodes_started += 1
+        self.get_logger().info(f"new episode: {why}")
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
 
     # ------------------------------------------------------------------ the step
     def _step(self) -> None:
         if self.decoder is None:
             return
-        now = self.get_clock().now().nanoseconds * 1e-9
+        self._start_requested_episode()
+        now = self._now()
         if now - self._last_step_t < self.config.min_period_s:
             return
         with self._lock:
@@ -289,6 +365,14 @@ class PolicyNode(Node):
         decode_ms = (time.perf_counter() - t0) * 1e3
         self._last_step_t = now
         self.latency.step_started(snap.stamp_s, now)
+        age_s = self._now() - snap.stamp_s
+        limit_s = self.config.max_command_age_s
+        if not age_s <= limit_s:  # NaN-safe: an unknown age is too old
+            self._refuse("stale command", f"stale command: its frames were {age_s:.3f} s old "
+                                          f"when the action was ready (max_command_age_s "
+                                          f"{limit_s} s; decode took {decode_ms:.0f} ms); "
+                                          f"not sent")
+            return
         self._publish(step, snap.stamp_s, robot, decode_ms)
 
     def _publish(self, step: DecodedStep, stamp_s: float, robot: RobotInput,
@@ -308,11 +392,14 @@ class PolicyNode(Node):
                                               cfg.marker_keep))
         self._step_index += 1
         self._episode_step += 1
+        self.last_problem = ""  # a command went out: nothing holds the robot now
+        self._last_activity_t = self._now()
 
     def _refuse(self, kind: str, problem: str) -> None:
         """Count and (throttled per kind) warn; nothing is sent for this input."""
-        self.refusals[kind] += 1
-        self.last_problem = problem
+        self.last_problem = self.last_refusal = problem
+        self._last_activity_t = self._now()
+        self.refusals[kind] += 1  # last: readers that wait on the count see the reason
         now = time.monotonic()
         if now - self._warned_at.get(kind, -math.inf) >= self.config.warn_throttle_s:
             self._warned_at[kind] = now
@@ -328,6 +415,8 @@ class PolicyNode(Node):
         values = {"method": self.config.method, "model": self.model_description,
                   "instruction": self.instruction, "task": self.task,
                   "commands_sent": str(self.commands_sent), "last_problem": self.last_problem,
+                  "last_refusal": self.last_refusal,
+                  "episodes_started": str(self.episodes_started),
                   "retrieval_available": str(self.retrieval.available),
                   "decoder": getattr(self.decoder, "description", ""),
                   "degraded": getattr(self.decoder, "degraded", "")}
@@ -337,7 +426,35 @@ class PolicyNode(Node):
         return policy_status(f"{self.get_name()}: policy", values, self.config_error,
                              self.last_problem or values["degraded"])
 
+    def waiting_for(self, now_s: float | None = None) -> str:
+        """What the node waits for when it has done nothing for ``input_timeout_s``, or "".
+
+        Names each input topic that never sent or has been silent for that long, and a
+        missing instruction. "" while steps run or refusals already say why.
+        """
+        cfg = self.config
+        now_s = self._now() if now_s is None else now_s
+        if self.decoder is None or now_s - self._last_activity_t <= cfg.input_timeout_s:
+            return ""
+        missing = []
+        for name, topic in self._input_topics().items():
+            heard = self._received.get(name)
+            if heard is None:
+                missing.append(f"{topic} (nothing received yet)")
+            elif now_s - heard > cfg.input_timeout_s:
+                missing.append(f"{topic} (silent for {now_s - heard:.1f} s)")
+        if not self.instruction.strip():
+            missing.append(f"an instruction (parameter `instruction`, service "
+                           f"{self.get_fully_qualified_name()}/set_instruction, or "
+                           f"/heisd/episode_status)")
+        if not missing:
+            return ""
+        return "waiting for input: " + "; ".join(missing)
+
     def _publish_diagnostics(self) -> None:
+        waiting = self.waiting_for()
+        if waiting:
+            self._refuse("waiting for input", waiting)
         msg = DiagnosticArray(status=[self.diagnostic_status()])
         msg.header.stamp = self.get_clock().now().to_msg()
         self._diag_pub.publish(msg)
