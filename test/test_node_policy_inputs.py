@@ -115,3 +115,19 @@ def test_a_new_episode_waits_for_frames_taken_after_it_started():
     gate.add_frame("wrist", 1.0, IMG)
     gate.add_robot(robot(1.0))
     assert gate.take(now_s=1.1).snapshot.stamp_s == 1.0
+
+
+def test_frames_stamped_from_the_episode_start_count_for_it():
+    gate = gate_with(t=10.0)
+    assert gate.take(now_s=10.1).snapshot is not None
+    gate.add_frame("third_person", 10.5, IMG)  # the new episode's frames overtook its status
+    gate.add_frame("wrist", 10.5, IMG)
+    gate.add_robot(robot(10.5))
+    gate.reset(since_s=10.5)
+    assert gate.take(now_s=10.6).snapshot.stamp_s == 10.5
+    gate.reset(since_s=10.5)  # the same start again (a late status): nothing is used twice
+    assert gate.take(now_s=10.6).snapshot is None
+    gate.add_frame("third_person", 10.4, IMG)  # an old frame is no frame of the episode
+    gate.add_frame("wrist", 10.7, IMG)
+    gate.reset(since_s=10.6)
+    assert gate.take(now_s=10.8).snapshot is None

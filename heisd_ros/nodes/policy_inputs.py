@@ -139,17 +139,28 @@ class InputGate:
         self._robot = robot
         self._robot_problem = problem or (robot.problem() if robot is not None else "no state")
 
-    def reset(self) -> None:
-        """Start a new episode: forget the frames held and which were used.
+    def reset(self, since_s: float | None = None) -> None:
+        """Start a new episode: act only on frames of it.
 
-        The frames held show the scene before the episode started, so the next step waits for
-        new ones from both cameras; and the new episode may restart at older stamps.
+        Args:
+            since_s: the episode's start stamp (the sim stamps its reset's frames and status
+                alike): held frames stamped before it are dropped, the others kept, so frames
+                that overtook the episode's start message still count. None: every held frame
+                is dropped (they show the scene before the episode started) and the next step
+                waits for new ones from both cameras.
+
+        The mark of used frames is forgotten when the episode's clock went back by more than a
+        second (a restarted sim clock), or without ``since_s``.
         """
-        self._frames.clear()
+        if since_s is None:
+            self._frames.clear()
+        else:
+            self._frames = {c: f for c, f in self._frames.items() if f[0] >= since_s}
+        if since_s is None or since_s < self._used_stamp - 1.0:
+            self._used_stamp = -math.inf
+            self._last_pair = None
         self._future.clear()
         self._malformed = None
-        self._used_stamp = -math.inf
-        self._last_pair = None
 
     def take(self, now_s: float) -> GateResult:
         """A snapshot if both cameras have unused, valid, fresh, paired frames (see module)."""

@@ -135,7 +135,7 @@ class PolicyNode(Node):
         # node clock of the last command or refusal (start counts as one), s
         self._last_activity_t = self.get_clock().now().nanoseconds * 1e-9
         self._received: dict[str, float] = {}  # input -> node clock of its last message, s
-        self._episode_request: tuple[str, str | None] | None = None  # (why, task)
+        self._episode_request: tuple[str, str | None, float | None] | None = None
         self._episode_status_progress: tuple[int, bool] | None = None  # (step, done)
         self._last_ee_m = None
         self.episodes_started = 0
@@ -279,7 +279,8 @@ class PolicyNode(Node):
                 moved_m = float(np.linalg.norm(robot.ee_position_m - self._last_ee_m))
                 if moved_m > jump_m:
                     self._request_episode(f"the EE jumped {moved_m:.3f} m between two robot "
-                                          f"states (episode_jump_m {jump_m} m)")
+                                          f"states (episode_jump_m {jump_m} m)",
+                                          since_s=robot.stamp_s)
             self._last_ee_m = np.array(robot.ee_position_m, dtype=np.float64)
         with self._lock:
             self.gate.add_robot(robot, problem)
@@ -297,29 +298,35 @@ class PolicyNode(Node):
         if key != self._episode_key or restarted:
             self._episode_key = key
             self._episode_ended = False
+            start_s = stamp_to_seconds(msg.header.stamp)
             self._request_episode(f"episode {msg.episode} of {msg.task or msg.suite} "
                                   f"(seed {msg.seed}) {'restarted' if restarted else 'started'}",
-                                  msg.task)
+                                  msg.task, since_s=start_s if start_s > 0 else None)
         if msg.done and not self._episode_ended and self.decoder is not None:
             self._episode_ended = True
             self.decoder.episode_end(bool(msg.success))
         if not self.get_parameter("instruction").value:
             self.instruction, self.task = msg.instruction, msg.task or self.task
 
-    def _request_episode(self, why: str, task: str | None = None) -> None:
-        """Start a new episode before the next step (the step thread applies it)."""
-        self._episode_request = (why, task)
+    def _request_episode(self, why: str, task: str | None = None,
+                         since_s: float | None = None) -> None:
+        """Start a new episode before the next step (the step thread applies it).
+
+        ``since_s``: the episode's start stamp; frames stamped from then on count for it
+        (:meth:`InputGate.reset`). None: only frames that arrive after the reset.
+        """
+        self._episode_request = (why, task, since_s)
         self._trigger.trigger()
 
     def _start_requested_episode(self) -> None:
         request, self._episode_request = self._episode_request, None
         if request is None:
             return
-        why, task = request
+        why, task, since_s = request
         self._episode_ended, self._episode_step = False, 0
         self._gripper_closed = None
         with self._lock:
-            self.gate.reset()
+            self.gate.reset(since_s)
         self._path = Path()
         if self.decoder is not None:
             self.decoder.begin_episode(task or self.task or None)
