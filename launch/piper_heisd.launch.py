@@ -6,6 +6,7 @@ Examples::
     ros2 launch heisd_ros piper_heisd.launch.py sim:=false can_port:=can0 \
         model:=/path/small_vla.safetensors db:=/path/heisd_db task:=red_block_on_plate
     ros2 launch heisd_ros piper_heisd.launch.py method:=ar rviz:=true  # AR baseline
+    ros2 launch heisd_ros piper_heisd.launch.py auto_reset:=false     # one episode per ~/reset
 
 ``db`` is the directory ``heisd-build-db`` (and ``heisd-calibrate``) wrote: the retrieval
 node serves it and the policy reads the router statistics of the task's suite and the
@@ -14,8 +15,11 @@ as drafter SD and every HybridStep status says why.
 
 The nodes, their config files and remappings, and how the arguments become parameters come
 from ``heisd_ros.nodes.graph`` — the same table ``heisd-bringup`` reads, so the two cannot
-drift. ``launch``/``launch_ros`` are imported inside :func:`generate_launch_description` only
-(machines without a ROS 2 distribution cannot install them; the table stays testable).
+drift. So do the rules for stopping: every argument (including whether rviz2 is installed,
+for ``rviz:=true``) is checked before the first node starts, and when a required node exits
+or dies the launch shuts the others down (``graph.stop_reason``; rviz2 is optional).
+``launch``/``launch_ros`` are imported inside the functions only (machines without a ROS 2
+distribution cannot install them; the table stays testable).
 """
 
 from heisd_ros.nodes.graph import (
@@ -23,11 +27,27 @@ from heisd_ros.nodes.graph import (
     LAUNCH_ARGUMENTS,
     PACKAGE,
     RVIZ_CONFIG,
+    RVIZ_EXECUTABLE,
+    RVIZ_PACKAGE,
     config_dir,
+    exit_description,
     launch_overrides,
     nodes_for,
     parse_bool,
+    rviz_problem,
+    stop_reason,
 )
+
+
+def _on_exit(name):
+    """``on_exit`` of program ``name``: shut the launch down if the graph needs it."""
+    from launch.actions import Shutdown
+
+    def on_exit(event, _context):
+        reason = stop_reason(name, exit_description(event.returncode))
+        return [Shutdown(reason=reason)] if reason else None
+
+    return on_exit
 
 
 def _nodes(context):
@@ -36,17 +56,25 @@ def _nodes(context):
     from launch_ros.actions import Node
 
     values = {name: LaunchConfiguration(name).perform(context) for name in LAUNCH_ARGUMENTS}
+    # Everything that can refuse the launch is checked before the first node is created.
     overrides = launch_overrides(values)
+    specs = nodes_for(parse_bool(values["sim"], "sim"))
+    rviz = parse_bool(values["rviz"], "rviz")
+    problem = rviz_problem() if rviz else ""
+    if problem:
+        raise RuntimeError(problem)
     configs = config_dir()
     actions = []
-    for spec in nodes_for(parse_bool(values["sim"], "sim")):
+    for spec in specs:
         actions.append(Node(
             package=PACKAGE, executable=spec.executable, name=spec.name, output="screen",
             parameters=[str(configs / spec.config), overrides.get(spec.name, {})],
-            remappings=list(spec.remappings)))
-    if parse_bool(values["rviz"], "rviz"):
-        actions.append(Node(package="rviz2", executable="rviz2", name="rviz2", output="screen",
-                            arguments=["-d", str(configs / RVIZ_CONFIG)]))
+            remappings=list(spec.remappings), on_exit=_on_exit(spec.name)))
+    if rviz:
+        actions.append(Node(package=RVIZ_PACKAGE, executable=RVIZ_EXECUTABLE,
+                            name=RVIZ_EXECUTABLE, output="screen",
+                            arguments=["-d", str(configs / RVIZ_CONFIG)],
+                            on_exit=_on_exit(RVIZ_EXECUTABLE)))
     return actions
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
 import sys
 import types
@@ -22,7 +23,7 @@ from heisd_ros.tools import bringup
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH_FILE = REPO / "launch" / "piper_heisd.launch.py"
 ARGS = {"sim": "true", "method": "router_skip", "model": "/m/vla.safetensors", "db": "/d/db",
-        "can_port": "can1", "task": "stack_blue_on_red", "rviz": "true"}
+        "can_port": "can1", "task": "stack_blue_on_red", "rviz": "true", "auto_reset": "false"}
 
 
 class _Recorder:
@@ -49,7 +50,7 @@ def _fake_launch(monkeypatch, values):
     modules = {
         "launch": types.SimpleNamespace(LaunchDescription=lambda actions: actions),
         "launch.actions": types.SimpleNamespace(DeclareLaunchArgument=_Recorder,
-                                                OpaqueFunction=_Recorder),
+                                                OpaqueFunction=_Recorder, Shutdown=_Recorder),
         "launch.substitutions": types.SimpleNamespace(LaunchConfiguration=LaunchConfiguration),
         "launch_ros": types.SimpleNamespace(),
         "launch_ros.actions": types.SimpleNamespace(Node=Node),
@@ -57,6 +58,19 @@ def _fake_launch(monkeypatch, values):
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
     return nodes
+
+
+def fake_rviz_install(prefix: Path, monkeypatch) -> Path:
+    """An ament prefix with an ``rviz2`` package and executable, first in AMENT_PREFIX_PATH."""
+    (prefix / "share" / "ament_index" / "resource_index" / "packages").mkdir(parents=True)
+    (prefix / "share" / "ament_index" / "resource_index" / "packages" / "rviz2").write_text("")
+    executable = prefix / "lib" / "rviz2" / "rviz2"
+    executable.parent.mkdir(parents=True)
+    executable.write_text("#!/bin/sh\n")
+    executable.chmod(0o755)
+    monkeypatch.setenv("AMENT_PREFIX_PATH", os.pathsep.join(
+        [str(prefix), *filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep))]))
+    return executable
 
 
 def _load_launch_module():
@@ -77,14 +91,15 @@ def test_launch_file_imports_launch_only_inside_functions():
 
 
 @pytest.mark.parametrize("sim", ["true", "false"])
-def test_launch_and_bringup_start_the_same_nodes(monkeypatch, sim):
+def test_launch_and_bringup_start_the_same_nodes(monkeypatch, tmp_path, sim):
+    fake_rviz_install(tmp_path, monkeypatch)  # rviz:=true needs rviz2 installed
     values = {**ARGS, "sim": sim}
     launched = _fake_launch(monkeypatch, values)
     module = _load_launch_module()
     description = module.generate_launch_description()
     declared = {a.args[0]: a.kwargs["default_value"] for a in description[:-1]}
     assert declared == graph.LAUNCH_ARGUMENTS
-    for name in ("sim", "method", "model", "db", "can_port", "task", "rviz"):
+    for name in ("sim", "method", "model", "db", "can_port", "task", "rviz", "auto_reset"):
         assert name in declared
     assert {a.args[0]: a.kwargs["description"] for a in description[:-1]} == graph.ARGUMENT_HELP
     description[-1].kwargs["function"](None)
@@ -109,7 +124,7 @@ def test_arguments_become_the_right_parameters():
                                         "model.db_dir": "/d/db", "task": "stack_blue_on_red"}
     assert overrides["retrieval_node"] == {"store.path": "/d/db"}
     assert overrides["piper_driver_node"] == {"can_channel": "can1"}
-    assert overrides["sim_node"] == {"task": "stack_blue_on_red"}
+    assert overrides["sim_node"] == {"task": "stack_blue_on_red", "auto_reset": False}
     assert "policy_node" not in graph.launch_overrides({"model": ""})
     with pytest.raises(ValueError, match="unknown launch arguments"):
         graph.launch_overrides({"modle": "x"})

@@ -1,7 +1,8 @@
 """heisd-bringup for real: the sim graph in one process answers with EE commands over DDS.
 
 With the default method (heisd) and a DB directory that does not exist, the policy runs as
-drafter SD and says so; the retrieval node reports the missing DB; nothing dies.
+drafter SD and says so; the retrieval node reports the missing DB; nothing dies. Ctrl-C, and
+a second one while it stops, ends it with exit code 0, without a traceback, within 2 s.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from test.polling import wait_until
 from test.ros_env import require_ros
 
 rclpy, hmsg, _ = require_ros()
@@ -56,13 +58,23 @@ def test_bringup_runs_the_sim_graph_in_one_process(tmp_path):
         assert ("[policy_node]: heisd runs as drafter SD: no router statistics "
                 f"(model.db_dir '{tmp_path / 'no_db'}' is not a directory") in text
     finally:
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        # the second Ctrl-C, once the first is being handled
+        wait_until(lambda: "stopping every node" in log.read_text() or proc.poll() is not None)
         proc.send_signal(signal.SIGINT)
         try:
             code = proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
             code = proc.wait()
+        seconds = time.monotonic() - start
         executor.shutdown()
         node.destroy_node()
         rclpy.shutdown(context=context)
-    assert code == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    print(f"\nSHUTDOWN heisd-bringup SIGINT+SIGINT: {seconds:.2f} s, exit code {code}")
+    assert code == 0, text[-3000:]
+    assert "heisd-bringup: SIGINT: stopping every node" in text
+    assert "Traceback" not in text, text[-3000:]
+    assert seconds < 2.0, seconds

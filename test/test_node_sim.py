@@ -30,7 +30,7 @@ def graph():
     sim = SimNode(context=context, parameter_overrides=[
         Parameter("sim.image_width_px", value=48), Parameter("sim.image_height_px", value=48),
         Parameter("frame_republish_s", value=0.3), Parameter("max_steps", value=12),
-        Parameter("seed", value=3)])
+        Parameter("seed", value=3), Parameter("auto_reset", value=False)])
     peer = rclpy.create_node("sim_test_peer", context=context)
     seen = {"images": [], "joints": [], "status": []}
     peer.create_subscription(Image, "/camera/wrist/image_raw", seen["images"].append, 10)
@@ -106,6 +106,7 @@ def test_gripper_changes_only_on_target_commands(graph):
 
 
 def test_reset_takes_the_seed_and_max_steps_ends_the_episode(graph):
+    """Without auto_reset an ended episode waits for ~/reset (test_node_sim_auto_reset: with)."""
     sim, peer, pub, reset, executor, seen = graph
     sim.set_parameters([Parameter("seed", value=42)])
     assert reset.wait_for_service(timeout_sec=10)

@@ -16,10 +16,23 @@ Launch arguments (both front ends):
     ``can_port``: CAN interface of the real arm (driver only).
     ``task``: sim task name and retrieval collection ("" = the YAML's).
     ``rviz`` ("true"/"false"): also start rviz2 with ``config/heisd.rviz`` (launch only).
+        rviz2 must be installed: :func:`rviz_problem` is checked before any node starts.
+    ``auto_reset`` ("true"/"false", "" = the YAML's, true): the sim node starts the next
+        episode by itself when one ends.
+
+When a node ends (:func:`stop_reason`): every node of :data:`NODES` is required, so when one
+exits or dies, for whatever reason, the launch (``on_exit`` -> ``Shutdown``) and
+heisd-bringup stop all the others: half a graph must not go on (a driver holding the arm
+while its policy is gone, or a policy commanding an arm whose driver died). rviz2 is
+optional (:data:`RVIZ_REQUIRED`): closing its window, or it failing to open a display on a
+headless robot computer, leaves the graph running; Ctrl-C still stops everything.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +43,7 @@ METHODS: tuple[str, ...] = ("ar", "drafter", "drafter_relaxed", "retrieval", "ro
 #: Launch arguments and their defaults (strings, as launch passes them).
 LAUNCH_ARGUMENTS: dict[str, str] = {
     "sim": "true", "method": "", "model": "", "db": "", "can_port": "can0", "task": "",
-    "rviz": "false",
+    "rviz": "false", "auto_reset": "",
 }
 #: What each launch argument does (``ros2 launch ... --show-args``, ``heisd-bringup --help``).
 ARGUMENT_HELP: dict[str, str] = {
@@ -42,7 +55,9 @@ ARGUMENT_HELP: dict[str, str] = {
           "router statistics and calibration ('' = the YAMLs', heisd_db)",
     "can_port": "CAN interface of the PIPER (sim:=false)",
     "task": "sim task and retrieval collection ('' = the YAML's)",
-    "rviz": "true: start rviz2 with config/heisd.rviz",
+    "rviz": "true: start rviz2 with config/heisd.rviz (rviz2 must be installed)",
+    "auto_reset": "sim: start the next episode by itself when one ends, true or false "
+                  "('' = config/sim_node.yaml's, true)",
 }
 #: Launch argument -> (node name, parameter name) it sets when not empty.
 ARGUMENT_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -51,9 +66,16 @@ ARGUMENT_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {
     "db": (("retrieval_node", "store.path"), ("policy_node", "model.db_dir")),
     "can_port": (("piper_driver_node", "can_channel"),),
     "task": (("sim_node", "task"), ("policy_node", "task")),
+    "auto_reset": (("sim_node", "auto_reset"),),
 }
+#: Launch arguments whose parameter is a bool (the others set string parameters).
+BOOL_ARGUMENTS: tuple[str, ...] = ("auto_reset",)
 RVIZ_CONFIG = "heisd.rviz"
 PACKAGE = "heisd_ros"
+#: rviz2's package and executable (what ``launch_ros`` looks up in the ament index).
+RVIZ_PACKAGE = RVIZ_EXECUTABLE = "rviz2"
+#: rviz2 may end alone (module docstring); every node of NODES is required.
+RVIZ_REQUIRED = False
 
 
 @dataclass(frozen=True)
@@ -120,22 +142,27 @@ def check_method(value: str) -> str:
     return text
 
 
-def launch_overrides(arguments: dict[str, str]) -> dict[str, dict[str, str]]:
+def launch_overrides(arguments: dict[str, str]) -> dict[str, dict[str, str | bool]]:
     """Parameter overrides per node name from launch arguments (empty arguments set nothing).
 
+    Values are strings, except the bools of :data:`BOOL_ARGUMENTS`.
+
     Raises:
-        ValueError: an unknown argument name (the message lists the valid ones), or a
-            ``method`` that is not one of :data:`METHODS` (the message lists them).
+        ValueError: an unknown argument name (the message lists the valid ones), a
+            ``method`` that is not one of :data:`METHODS` (the message lists them), or a
+            bool argument that is not true or false.
     """
     unknown = sorted(set(arguments) - set(LAUNCH_ARGUMENTS))
     if unknown:
         raise ValueError(f"unknown launch arguments {unknown}; valid: {list(LAUNCH_ARGUMENTS)}")
     check_method(arguments.get("method", LAUNCH_ARGUMENTS["method"]))
-    overrides: dict[str, dict[str, str]] = {}
+    overrides: dict[str, dict[str, str | bool]] = {}
     for argument, targets in ARGUMENT_PARAMETERS.items():
-        value = str(arguments.get(argument, LAUNCH_ARGUMENTS[argument]))
+        value: str | bool = str(arguments.get(argument, LAUNCH_ARGUMENTS[argument]))
         if not value:
             continue
+        if argument in BOOL_ARGUMENTS:  # typed: the YAML declares it a bool
+            value = parse_bool(value, argument)
         for node, parameter in targets:
             overrides.setdefault(node, {})[parameter] = value
     return overrides
@@ -149,3 +176,65 @@ def config_dir() -> Path:
     from ament_index_python.packages import get_package_share_directory
 
     return Path(get_package_share_directory(PACKAGE)) / "config"
+
+
+def rviz_problem(find_prefix: Callable[[str], str] | None = None,
+                 distro: str | None = None) -> str:
+    """Why ``rviz:=true`` cannot start rviz2 on this machine; "" if it can.
+
+    Checks what ``launch_ros`` will need, before any node is started: the ``rviz2`` package in
+    the ament index (``AMENT_PREFIX_PATH``) and its executable ``<prefix>/lib/rviz2/rviz2``.
+    Without the check the launch started the nodes, then failed on rviz2 and left them
+    running with no Ctrl-C to stop them (with ``sim:=false``, the PIPER driver).
+
+    Args:
+        find_prefix: package name -> install prefix, raising LookupError (ament_index's
+            PackageNotFoundError is one) when it is not installed; default: ament_index's
+            ``get_package_prefix``.
+        distro: ROS 2 distribution for the install hint; default: ``$ROS_DISTRO``.
+    """
+    distro = distro if distro is not None else os.environ.get("ROS_DISTRO", "")
+    package = f"ros-{distro}-rviz2" if distro else "ros-$ROS_DISTRO-rviz2"
+    hint = (f"install it (sudo apt-get install {package}) and source the ROS 2 setup again, "
+            f"or launch with rviz:=false; no node was started")
+    if find_prefix is None:
+        try:
+            from ament_index_python.packages import get_package_prefix as find_prefix
+        except ImportError:
+            return f"rviz:=true but ament_index_python is missing (not a ROS 2 shell?): {hint}"
+    try:
+        prefix = Path(find_prefix(RVIZ_PACKAGE))
+    except LookupError:
+        return (f"rviz:=true but rviz2 is not installed (no package {RVIZ_PACKAGE!r} in "
+                f"AMENT_PREFIX_PATH): {hint}")
+    executable = prefix / "lib" / RVIZ_PACKAGE / RVIZ_EXECUTABLE
+    if not (executable.is_file() and os.access(executable, os.X_OK)):
+        return f"rviz:=true but {executable} is not an executable file: {hint}"
+    return ""
+
+
+def is_required(name: str) -> bool:
+    """Whether the graph stops when program ``name`` ends: every node but rviz2 is required."""
+    return RVIZ_REQUIRED if name == RVIZ_EXECUTABLE else True
+
+
+def exit_description(returncode: int | None) -> str:
+    """How a process ended, from its exit code (negative: killed by that signal)."""
+    if returncode is None:
+        return "ended"
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return "exited" if returncode == 0 else f"exited with code {returncode}"
+
+
+def stop_reason(name: str, how: str) -> str:
+    """Why the whole graph stops because program ``name`` ended ``how``; "" = it may end alone.
+
+    ``how`` is :func:`exit_description`'s text (launch) or the error (heisd-bringup).
+    """
+    if not is_required(name):
+        return ""
+    return f"{name} {how}: stopping every node of the graph"

@@ -26,7 +26,11 @@ Interface:
     ``/heisd/episode_status`` (heisd_ros/msg/EpisodeStatus, transient local: a late
         subscriber gets the latest): after every step and reset;
         ``done`` with ``reason`` "success" or "max_steps"; commands after that are ignored
-        until ``~/reset``.
+        until the next episode. With ``auto_reset`` (the default) that starts by itself
+        ``auto_reset_delay_s`` later, like a ``~/reset`` (the next seed; with
+        ``auto_reset_next_task`` the suite's next task); without it, at ``~/reset``. Each
+        episode has a new (suite, task, episode, seed) and starts at step 0, which is how the
+        policy node tells episodes apart.
     ``~/reset`` (std_srvs/Trigger): start a new episode of the ``suite``/``task`` parameters
         (a new task rebuilds the scene) with the ``seed`` parameter; the next reset without a
         new ``seed`` uses seed + 1. ``suite``, ``task`` and ``seed`` are the only writable
@@ -49,11 +53,13 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from std_srvs.srv import Trigger
@@ -63,7 +69,7 @@ from heisd_ros.msg import EpisodeStatus
 from heisd_ros.nodes._params import dataclass_from_parameters
 from heisd_ros.nodes.image_conversion import rgb_to_image
 from heisd_ros.nodes.robot_msgs import ee_command_from_msg, ee_pose_msg, joint_state_msg
-from heisd_ros.nodes.sim_params import SimNodeConfig, parameter_problem
+from heisd_ros.nodes.sim_params import SimNodeConfig, next_task, parameter_problem
 from heisd_ros.robot.controller import ControllerConfig, RobotController
 from heisd_ros.robot.gripper import GripperConfig, GripperStateMachine
 from heisd_ros.robot.safety import SafetyConfig, SafetyFilter
@@ -128,6 +134,7 @@ class SimNode(Node):
         self._status = EpisodeStatus()
         self._env = self._robot = self._controller = None  # no controller = no episode
         self.config_error = ""  # why the last reset failed; "" once one succeeded
+        self._auto_reset_at: float | None = None  # time.monotonic() of the automatic reset
         self.steps_run = 0
         self.commands_ignored = 0
         self._worker = threading.Thread(target=self._work, name="sim_node-mujoco", daemon=True)
@@ -188,20 +195,27 @@ class SimNode(Node):
         return job
 
     def _work(self) -> None:
-        """Own the env (physics + GL context): run jobs in order; idle -> republish frames."""
+        """Own the env (physics + GL context): run jobs in order; idle -> republish frames.
+
+        An automatic reset is due ``auto_reset_delay_s`` after an episode ended; the queue
+        wait is cut short for it, and a ``~/reset`` before then replaces it.
+        """
         idle_s = self.config.frame_republish_s or None
         while True:
             try:
-                job = self._jobs.get(timeout=idle_s)
+                job = self._jobs.get(timeout=self._wait_s(idle_s))
             except queue.Empty:
-                if self._frames is not None and not self._status.done:
-                    self._publish_frames()
-                continue
+                if self._auto_reset_at is not None and time.monotonic() >= self._auto_reset_at:
+                    job = _Job("auto_reset")
+                else:
+                    if self._frames is not None and not self._status.done:
+                        self._publish_frames()
+                    continue
             if job.kind == "stop":
                 break
             try:
-                if job.kind == "reset":
-                    self._reset()
+                if job.kind in ("reset", "auto_reset"):
+                    self._reset(auto=job.kind == "auto_reset")
                     self.config_error = ""
                 else:
                     self._step(job.payload)
@@ -211,8 +225,20 @@ class SimNode(Node):
             job.set()
         self._close_env()
 
+    def _wait_s(self, idle_s: float | None) -> float | None:
+        """How long the worker may wait for a job: until the idle republish or the auto reset."""
+        if self._auto_reset_at is None:
+            return idle_s
+        until_reset = max(0.0, self._auto_reset_at - time.monotonic())
+        return until_reset if idle_s is None else min(idle_s, until_reset)
+
     def _failure(self, kind: str, exc: Exception) -> str:
         """The message of a failed job; a failed reset is also kept in ``config_error``."""
+        if kind == "auto_reset":
+            self.config_error = (f"automatic reset failed: {exc}; fix it (ros2 param set "
+                                 f"{self.get_fully_qualified_name()} suite|task <name>), then "
+                                 f"call ~/reset")
+            return self.config_error
         if kind != "reset":
             return f"{kind} failed: {exc}"
         if self._controller is None:
@@ -231,11 +257,17 @@ class SimNode(Node):
         self._env = self._robot = self._controller = None
         self._state = self._frames = None
 
-    def _reset(self) -> None:
+    def _reset(self, auto: bool = False) -> None:
+        """Start an episode; ``auto``: the automatic one after an episode ended."""
         from heisd_ros.sim.env import PiperSimEnv
         from heisd_ros.sim.sim_robot import SimRobot
 
+        self._auto_reset_at = None  # a reset of any kind replaces a pending automatic one
         suite = str(self.get_parameter("suite").value)
+        if auto and self.config.auto_reset_next_task:
+            # Through the parameter, so `ros2 param get` and a later ~/reset agree with it.
+            task = next_task(suite, str(self.get_parameter("task").value))
+            self.set_parameters([Parameter("task", value=task)])
         # ValueError names the bad suite or task and lists the valid ones; nothing changed yet.
         task = get_task(suite, str(self.get_parameter("task").value))
         self._controller = None  # from here on the old episode is gone, even if this fails
@@ -274,8 +306,8 @@ class SimNode(Node):
             return
         if status.done:
             self.commands_ignored += 1
-            self.get_logger().warning(f"episode over ({status.reason}): command ignored; call "
-                                      f"~/reset", throttle_duration_sec=5.0)
+            self.get_logger().warning(f"episode over ({status.reason}): command ignored until "
+                                      f"the next episode", throttle_duration_sec=5.0)
             return
         try:
             command = ee_command_from_msg(msg)
@@ -300,8 +332,12 @@ class SimNode(Node):
         elif status.step >= status.max_steps:
             status.done, status.reason = True, "max_steps"
         if status.done:
+            then = "call ~/reset for the next"
+            if self.config.auto_reset:
+                self._auto_reset_at = time.monotonic() + self.config.auto_reset_delay_s
+                then = f"the next starts in {self.config.auto_reset_delay_s:g} s"
             self.get_logger().info(f"episode {status.episode} over after {status.step} steps: "
-                                   f"{status.reason}")
+                                   f"{status.reason}; {then}")
         self._publish_all()
 
     def _publish_frames(self, stamp=None) -> None:

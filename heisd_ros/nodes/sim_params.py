@@ -28,6 +28,12 @@ class SimNodeConfig:
         frame_id: frame of /ee_pose and of the camera images' header.
         joint_names: names of the six arm joints in /joint_states.
         gripper_joint_name: name of the gripper opening (m) in /joint_states.
+        auto_reset: start the next episode by itself when one ends (success or max_steps),
+            with the next seed, so a launched demo keeps running; false = wait for ~/reset.
+        auto_reset_delay_s: pause between the end of an episode and the automatic reset, s
+            (the final state stays visible and the policy sees the episode end first).
+        auto_reset_next_task: the automatic reset moves on to the suite's next task (in
+            suite order, wrapping around) instead of repeating the task.
     """
 
     max_steps: int = 0
@@ -37,13 +43,16 @@ class SimNodeConfig:
     frame_id: str = "base_link"
     joint_names: tuple[str, ...] = PIPER_JOINT_NAMES
     gripper_joint_name: str = GRIPPER_JOINT_NAME
+    auto_reset: bool = True
+    auto_reset_delay_s: float = 2.0
+    auto_reset_next_task: bool = False
 
     def __post_init__(self) -> None:
         if self.max_steps < 0:
             raise ValueError(f"max_steps: expected >= 0, got {self.max_steps}")
         if not (math.isfinite(self.state_period_s) and self.state_period_s > 0):
             raise ValueError(f"state_period_s: expected > 0 s, got {self.state_period_s}")
-        for name in ("frame_republish_s", "max_tracking_error_m"):
+        for name in ("frame_republish_s", "max_tracking_error_m", "auto_reset_delay_s"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
         if len(self.joint_names) != 6:
@@ -74,3 +83,13 @@ def parameter_problem(name: str, value, suite: str) -> str:
     else:
         valid = f"valid tasks are {dict((s, list_tasks(s)) for s in list_suites())}"
     return f"task: unknown task {value!r}; {valid}"
+
+
+def next_task(suite: str, task: str) -> str:
+    """The task after ``task`` in ``suite``, wrapping around (its first if ``task`` is not in it).
+
+    Raises:
+        ValueError: an unknown suite (the message lists the valid ones).
+    """
+    tasks = list_tasks(suite)
+    return tasks[(tasks.index(task) + 1) % len(tasks)] if task in tasks else tasks[0]

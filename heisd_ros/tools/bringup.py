@@ -5,10 +5,16 @@ the same ``config/*.yaml`` and with the same argument -> parameter mapping and r
 ROS 2 composition: all nodes in this process on one multi-threaded executor. rviz2 is a
 separate program; start it yourself with ``rviz2 -d config/heisd.rviz``.
 
+It stops like the launch (``heisd_ros.nodes.graph``): Ctrl-C or SIGTERM stops every node and
+exits 0 (``heisd_ros.nodes._spin``: no traceback, a second signal changes nothing); when a
+node dies (its constructor or one of its callbacks raises) every node is stopped and the
+program exits 1, the reason on the last line of stderr.
+
 Examples:
     heisd-bringup                                   # sim graph, default task, heisd
     heisd-bringup --sim false --can-port can0 --model small_vla.safetensors --db heisd_db
     heisd-bringup --task stack_blue_on_red --method router_skip --threads 6
+    heisd-bringup --auto-reset false                # one sim episode per ~/reset call
     heisd-bringup --dry-run                         # print the nodes and parameters, exit
 """
 
@@ -18,7 +24,9 @@ import argparse
 import importlib
 import signal
 import sys
+import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from heisd_ros.nodes.graph import (
     ARGUMENT_HELP,
@@ -28,6 +36,7 @@ from heisd_ros.nodes.graph import (
     launch_overrides,
     nodes_for,
     parse_bool,
+    stop_reason,
 )
 
 
@@ -51,14 +60,84 @@ def ros_arguments(plan: list[dict]) -> list[str]:
     return args
 
 
-def build_node(spec: NodeSpec, overrides: dict[str, str], context):
+def build_node(spec: NodeSpec, overrides: dict[str, str | bool], context):
     """Instantiate one node of the plan (its class from the table) in ``context``."""
     from rclpy.parameter import Parameter
 
     cls = getattr(importlib.import_module(spec.module), spec.class_name)
-    # Every parameter a launch argument sets is a string (paths, names).
-    params = [Parameter(name, value=str(value)) for name, value in overrides.items()]
+    # Launch arguments set strings (paths, names) and bools (graph.BOOL_ARGUMENTS).
+    params = [Parameter(name, value=value) for name, value in overrides.items()]
     return cls(spec.name, context=context, parameter_overrides=params)
+
+
+def failed_node(exc: BaseException, nodes) -> str:
+    """The name of the node whose method raised ``exc`` (innermost frame with it as ``self``).
+
+    A callback's exception reaches the executor without the node it belongs to; its
+    traceback still has it. "a node" if none is found.
+    """
+    frames = [tb.tb_frame for tb in _tracebacks(exc)]
+    for frame in reversed(frames):
+        owner = frame.f_locals.get("self")
+        if any(owner is node for node in nodes):
+            return owner.get_name()
+    return "a node"
+
+
+def _tracebacks(exc: BaseException):
+    tb = exc.__traceback__
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
+
+
+def run(plan: list[dict], threads: int) -> NoReturn:
+    """Start the plan's nodes in this process, spin them until a signal or a failure, exit.
+
+    Exit code 0 after SIGINT/SIGTERM (or a ROS shutdown), 1 when a node failed: its
+    constructor or a callback raised. Either way every node built so far is torn down first
+    (``heisd_ros.nodes._spin``), in reverse order.
+    """
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from heisd_ros.nodes._spin import StopRequest, exit_process, spin_until_stopped, tear_down
+
+    stop = StopRequest().install()
+    nodes = []
+    failure = ""
+    with rclpy.init(args=ros_arguments(plan),
+                    signal_handler_options=SignalHandlerOptions.NO) as init:
+        executor = MultiThreadedExecutor(num_threads=threads, context=init.context)
+        try:
+            for item in plan:
+                if stop.signum:  # Ctrl-C while an earlier node was loading: start no more
+                    break
+                name = item["spec"].name
+                try:
+                    nodes.append(build_node(item["spec"], item["overrides"], init.context))
+                except Exception as exc:  # any failure to start is a dead node: report it
+                    traceback.print_exc()
+                    failure = stop_reason(name, f"failed to start ({type(exc).__name__}: "
+                                                f"{exc})")
+                    break
+                executor.add_node(nodes[-1])
+            if not failure:
+                try:
+                    spin_until_stopped(executor, stop)
+                except Exception as exc:  # a callback raised: that node is dead
+                    traceback.print_exc()
+                    failure = stop_reason(failed_node(exc, nodes),
+                                          f"died ({type(exc).__name__}: {exc})")
+            if stop.signum:
+                print(f"heisd-bringup: {signal.Signals(stop.signum).name}: stopping every node",
+                      file=sys.stderr, flush=True)
+        finally:
+            tear_down(executor, nodes)
+    if failure:
+        print(f"heisd-bringup: {failure}", file=sys.stderr)
+    exit_process(1 if failure else 0)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -88,33 +167,7 @@ def main(argv=None) -> int:
                   f"params={item['params_file']} overrides={item['overrides']} "
                   f"remappings={item['remappings']}")
         return 0
-    import rclpy
-    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
-    from rclpy.signals import SignalHandlerOptions
-
-    def interrupt(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGINT, interrupt)
-    signal.signal(signal.SIGTERM, interrupt)
-    nodes = []
-    try:
-        with rclpy.init(args=ros_arguments(plan),
-                        signal_handler_options=SignalHandlerOptions.NO) as init:
-            context = init.context
-            executor = MultiThreadedExecutor(num_threads=args.threads, context=context)
-            try:
-                for item in plan:
-                    nodes.append(build_node(item["spec"], item["overrides"], context))
-                    executor.add_node(nodes[-1])
-                executor.spin()
-            finally:
-                executor.shutdown()
-                for node in reversed(nodes):
-                    node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    return 0
+    run(plan, args.threads)
 
 
 if __name__ == "__main__":
