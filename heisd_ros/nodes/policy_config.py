@@ -59,7 +59,7 @@ class PolicyNodeConfig:
     warn_throttle_s: float = 2.0
     diagnostics_period_s: float = 1.0
     latency_window: int = 500
-    max_command_age_s: float = 0.5
+    max_command_age_s: float = 0.4
     input_timeout_s: float = 1.0
     episode_jump_m: float = 0.1
 
