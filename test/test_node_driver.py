@@ -5,7 +5,10 @@ The node runs from the installed wrapper ``nodes/piper_driver_node`` with the sh
 piper_sdk inside the node talks to an emulated PIPER on python-can's virtual bus in the same
 process. What the arm *is* comes back on the node's ``emulated arm`` diagnostics; what it
 *reports* on /joint_states and /ee_pose. Tests share one node process and start from
-``Driver.ready()`` (faults cleared, motors enabled, controller running).
+``Driver.ready()`` (faults cleared, motors enabled, controller running). Commands are stamped
+on the ROS clock, as the policy node stamps them (the observation time). Tests wait on
+conditions (diagnostics, poses, counters), never for a fixed time: "nothing happened" is
+checked once the driver has reported handling what came before.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class Driver:
         self.joint_states: list[tuple[float, JointState]] = []
         self.poses: list[tuple[float, PoseStamped]] = []
         self.diags: dict[str, DiagnosticStatus] = {}
+        self.diag_count = 0  # diagnostics arrays of this node received so far
         self.node.create_subscription(
             JointState, f"{proc.prefix}/joint_states",
             lambda m: self.joint_states.append((time.monotonic(), m)), 50)
@@ -90,10 +94,13 @@ class Driver:
         self.link = self.node.create_client(SetBool, f"/{proc.name}/emulator/set_can_link")
 
     def _on_diag(self, msg: DiagnosticArray) -> None:
+        ours = False
         for status in msg.status:  # "<node>: arm" -> "arm", this node's only
             node, _, what = status.name.partition(": ")
             if node == self.name:
                 self.diags[what] = status
+                ours = True
+        self.diag_count += ours
 
     # --- waiting ---------------------------------------------------------------------------
     def spin(self, seconds: float) -> None:
@@ -134,6 +141,11 @@ class Driver:
         self.diags.clear()
         assert self.wait_for(lambda: {"arm", "controller", "emulated arm"} <= set(self.diags))
 
+    def wait_diagnostics(self, n: int) -> None:
+        """Until ``n`` more diagnostics arrays arrived (the node is alive and publishing)."""
+        target = self.diag_count + n
+        assert self.wait_for(lambda: self.diag_count >= target), self.proc.text()[-2000:]
+
     def truth(self, key: str):
         return json.loads(self.value("emulated arm", key))
 
@@ -144,9 +156,11 @@ class Driver:
     def send(self, dp=(0.0, 0.0, 0.0), dr=(0.0, 0.0, 0.0), gripper=OPEN, from_target=False,
              source=CommandSource.AR, frame_id="base_link", **fields) -> EECommandMsg:
         self.step_index += 1
+        stamp = self.node.get_clock().now().nanoseconds * 1e-9  # a fresh observation
         msg = ee_command_to_msg(EECommand(dp, dr, gripper=gripper, source=source,
                                           gripper_from_target=from_target,
-                                          step_index=self.step_index, frame_id=frame_id))
+                                          step_index=self.step_index, frame_id=frame_id,
+                                          stamp_s=stamp))
         for key, value in fields.items():
             setattr(msg, key, value)
         self.pub.publish(msg)
@@ -161,16 +175,28 @@ class Driver:
         return self.joint_states[-1][1].position[6]
 
     def settled_pose(self) -> tuple[np.ndarray, np.ndarray]:
-        """The EE pose once it stopped moving (two readings 0.2 s apart agree)."""
-        self.wait_for(lambda: bool(self.poses))
-        last = self.pose()[0]
-        for _ in range(100):
-            self.spin(0.2)
-            now = self.pose()[0]
-            if np.allclose(now, last, rtol=0, atol=1e-7):
-                return self.pose()
-            last = now
-        raise AssertionError("the EE never settled")
+        """The EE pose once the emulated arm is at its target and /ee_pose reports it there.
+
+        Judged on diagnostics newer than this call.
+        """
+
+        def settled() -> bool:
+            if not self.poses or "emulated arm" not in self.diags:
+                return False
+            position = self.truth("ee_position_m")
+            target = self.value("emulated arm", "ee_target_m")
+            at_target = not target or np.allclose(json.loads(target), position, rtol=0,
+                                                  atol=1e-6)
+            return at_target and np.allclose(self.pose()[0], position, rtol=0, atol=POS_TOL_M)
+
+        self.fresh_diag()
+        assert self.wait_for(settled), "the EE never settled"
+        return self.pose()
+
+    def handled(self) -> int:
+        """Commands the driver finished with (executed, refused, or waited for the gripper)."""
+        return sum(int(self.value("controller", f"commands_{k}") or 0)
+                   for k in ("executed", "rejected", "waited"))
 
     def wait_pose(self, goal: np.ndarray, atol: float = POS_TOL_M) -> bool:
         return self.wait_for(
@@ -269,9 +295,9 @@ def test_delta_commands_move_the_ee_by_the_commanded_deltas(driver):
     drv = driver
     start, rot0 = drv.ready()
     executed = drv.executed()
-    for _ in range(3):
+    for i in range(1, 4):
         drv.send(dp=(0.01, 0.0, -0.005), dr=(0.0, 0.0, 0.03))
-        drv.spin(0.15)
+        assert drv.wait_for(lambda i=i: drv.executed() == executed + i)
     goal = start + [0.03, 0.0, -0.015]
     assert drv.wait_pose(goal), (drv.pose()[0] - goal, drv.proc.text()[-2000:])
     # Delta rotations turn about the fixed base axes: R = Rz(0.09) @ R0.
@@ -300,8 +326,9 @@ def test_step_limit_and_workspace_box_clamp_the_target(driver):
         if z == Z_MAX:
             break
     assert drv.wait_for(lambda: "workspace_z_max" in drv.value("controller", "last_clamped"))
-    drv.send(dp=(0.0, 0.0, 0.02))
-    drv.spin(0.5)
+    drv.send(dp=(0.0, 0.0, 0.02))  # into the lid: executed, clamped, no motion
+    assert drv.wait_for(lambda: drv.value("controller", "last_clamped")
+                        == f"step {drv.step_index}: workspace_z_max")
     np.testing.assert_allclose(drv.settled_pose()[0], [goal[0], goal[1], Z_MAX], atol=POS_TOL_M)
 
 
@@ -326,8 +353,7 @@ def test_nan_foreign_frame_and_malformed_commands_move_nothing(driver):
     assert drv.wait_for(
         lambda: "malformed EECommand: mode" in drv.value("controller", "last_rejected_reason")
     )
-    drv.spin(0.3)
-    assert drv.executed() == executed
+    assert drv.executed() == executed  # the three were handled in order, none executed
     np.testing.assert_allclose(drv.settled_pose()[0], start, rtol=0, atol=POS_TOL_M)
     np.testing.assert_allclose(drv.truth("ee_target_m"), target, rtol=0, atol=1e-9)
 
@@ -344,8 +370,8 @@ def test_watchdog_holds_the_pose_without_disabling_and_diagnostics_say_so(driver
     assert status.level == DiagnosticStatus.WARN and "no accepted command" in status.message
     held, _ = drv.settled_pose()
     resent = drv.frames(0x154)
-    drv.spin(0.5)
-    np.testing.assert_allclose(drv.pose()[0], held, rtol=0, atol=1e-7)
+    assert drv.wait_for(lambda: drv.frames(0x154) >= resent + 10)  # 10 re-sends later...
+    np.testing.assert_allclose(drv.pose()[0], held, rtol=0, atol=1e-7)  # ...still there
     assert drv.frames(0x154) > resent  # holding re-sends the last target (EndPoseCtrl)...
     assert drv.value("emulated arm", "motors_enabled") == "111111"  # ...and never disables
     drv.send(dp=(0.0, -0.01, 0.0))
@@ -412,8 +438,7 @@ def test_estop_reaches_the_arm_latches_and_recovers_after_its_reset(driver):
     drv.send(dp=(0.0, 0.0, -0.01))
     assert drv.wait_for(lambda: "controller is estop" in drv.value(
         "controller", "last_rejected_reason"))
-    drv.spin(0.3)
-    np.testing.assert_allclose(drv.pose()[0], start, rtol=0, atol=POS_TOL_M)
+    np.testing.assert_allclose(drv.settled_pose()[0], start, rtol=0, atol=POS_TOL_M)
     refused = drv.call("clear_fault")
     assert not refused.success and "EMERGENCY_STOP" in refused.message
 
@@ -447,15 +472,20 @@ def test_can_loss_is_an_error_the_node_holds_and_keeps_running(driver):
     assert status.level == DiagnosticStatus.ERROR and "holding" in status.message
 
     # No stale state is published while the arm is silent; the node keeps answering.
-    drv.spin(0.3)
+    drv.wait_diagnostics(2)  # the last /joint_states before the loss arrived meanwhile
     n = len(drv.joint_states)
     drv.send(dp=(0.0, 0.0, -0.01))
     assert drv.wait_for(lambda: "controller is fault" in drv.value(
         "controller", "last_rejected_reason"))
-    drv.spin(1.5)
-    assert len(drv.joint_states) == n
+    drv.wait_diagnostics(15)  # 1.5 s of the node publishing diagnostics...
+    assert len(drv.joint_states) == n  # ...and no joint state
     refused = drv.call("clear_fault")
     assert not refused.success and "still reports faults" in refused.message
+    # Enabling cannot be confirmed on a silent bus: refused with the reason.
+    refused = drv.call("enable")
+    assert not refused.success and "CAN lost" in refused.message, refused.message
+    # The driver tries to reopen the CAN port (here the bus is fine; the arm is silent).
+    assert drv.wait_for(lambda: int(drv.value("arm", "link_reopens") or 0) >= 1)
     assert drv.proc.proc.poll() is None
     assert drv.value("emulated arm", "motors_enabled") == "111111"  # never disabled
     logged = drv.proc.text().count("CAN lost") - log_before
@@ -463,6 +493,8 @@ def test_can_loss_is_an_error_the_node_holds_and_keeps_running(driver):
 
     assert drv.set_can_link(True).success
     assert drv.wait_for(lambda: len(drv.joint_states) > n)
+    refused = drv.call("enable")  # the fault is latched until ~/clear_fault
+    assert not refused.success and "~/clear_fault" in refused.message, refused.message
     assert drv.wait_for(lambda: drv.call("clear_fault").success)
     here, _ = drv.settled_pose()
     np.testing.assert_allclose(here, start, rtol=0, atol=POS_TOL_M)  # it held
@@ -491,7 +523,8 @@ def test_a_silent_arm_at_start_is_reported_and_the_node_keeps_running(context, t
         "interface": "virtual",  # no emulator on this channel: nobody answers
         "can_channel": "heisd-test-nobody",
         "diagnostics_period_s": 0.1,
-        "reconnect_period_s": 1.0,
+        "reconnect_period_s": 0.5,
+        "reconnect_max_period_s": 1.0,
         "piper.connect_timeout_s": 0.5,
     }, name="silent_piper_driver", prefix="/silent")  # beside the other node, on its own topics
     drv = Driver(ctx, proc)
@@ -507,8 +540,9 @@ def test_a_silent_arm_at_start_is_reported_and_the_node_keeps_running(context, t
         assert drv.wait_for(lambda: "driver not ready" in drv.value(
             "controller", "last_rejected_reason"))
         assert drv.diag("controller")[0].level == DiagnosticStatus.ERROR
-        drv.spin(1.5)  # it retries, logging the reason once
-        assert proc.proc.poll() is None and proc.text().count("retrying every") == 1
+        # It retries with back-off (0.5 s, then 1 s), logging the reason once.
+        assert drv.wait_for(lambda: int(drv.value("arm", "connect_attempts") or 0) >= 4)
+        assert proc.proc.poll() is None and proc.text().count("retrying in 0.5 s") == 1
         assert not drv.joint_states
     finally:
         drv.close()

@@ -20,8 +20,8 @@ import math
 import os
 import struct
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import can
@@ -39,6 +39,7 @@ from heisd_ros.nodes.piper_driver_node import PiperDriverNode  # noqa: E402
 from heisd_ros.nodes.robot_msgs import ee_command_to_msg  # noqa: E402
 from heisd_ros.robot.base import EECommand, GripperState  # noqa: E402
 from heisd_ros.robot.dry_run import unique_channel  # noqa: E402
+from test.polling import wait_until  # noqa: E402
 
 # piper_sdk 0.6.2 still passes python-can's deprecated `bustype`.
 pytestmark = pytest.mark.filterwarnings(
@@ -108,6 +109,11 @@ class CanTap(can.Listener):
     def count(self) -> int:
         with self._lock:
             return len(self._commands)
+
+    def count_id(self, can_id: int) -> int:
+        """Host -> arm frames with ``can_id`` received so far."""
+        with self._lock:
+            return sum(m.arbitration_id == can_id for m in self._commands)
 
     def feedback_pose(self) -> PoseFrame | None:
         """The arm's reported end pose (0x2A2-0x2A4), or None before all three arrived."""
@@ -198,12 +204,62 @@ def assert_pose_close(got: PoseFrame, want: PoseFrame, what: str) -> None:
     assert max(abs(e) for e in errors) <= 1, (what, got, want)
 
 
-@pytest.fixture
-def rig():
-    """Driver node + emulated arm (one context), a commanding peer (another), a CAN tap."""
+#: The rig's parameters (the raw frame test's limits; each test may override some).
+RIG_PARAMS = {
+    "emulate": True,
+    "interface": "virtual",
+    "enable_on_start": True,
+    "safety.workspace_min_m": list(WORKSPACE_MIN),
+    "safety.workspace_max_m": list(WORKSPACE_MAX),
+    "safety.max_step_translation_m": MAX_STEP_M,
+    "safety.max_step_rotation_rad": MAX_STEP_RAD,
+    "piper.speed_percent": SPEED_PERCENT,
+    "piper.gripper_effort_nm": EFFORT_NM,
+    "piper.stale_feedback_s": 1.0,  # a loaded 2-core box can starve the threads briefly
+    "gripper.open_width_m": OPEN_M,
+    "gripper.closed_width_m": CLOSED_M,
+    # Commands are paced by the driver's processing, not by the arm's motion.
+    "controller.max_tracking_error_m": 0.0,
+    "emulator.initial_joints_rad": list(JOINTS),
+    "emulator.initial_gripper_width_m": OPEN_M,
+    "emulator.gripper_speed_m_s": 0.2,
+}
+
+
+@dataclass
+class Rig:
+    """The driver node in this process, a peer publishing its commands, a CAN tap."""
+
+    node: PiperDriverNode
+    pub: object  # rclpy Publisher of EECommand on the node's command topic
+    tap: CanTap
+    channel: str
+    peer: object  # the peer's rclpy Node (its clock stamps the commands)
+
+    def now_s(self) -> float:
+        """Now on the ROS clock (the driver measures command ages on the same one)."""
+        return self.peer.get_clock().now().nanoseconds * 1e-9
+
+
+def wait_for_callbacks(executor: MultiThreadedExecutor) -> None:
+    """Until every callback the executor handed to its thread pool has ended.
+
+    rclpy's MultiThreadedExecutor.shutdown() destroys its guard condition before it joins the
+    pool, and a callback ending after that prints "exception was never retrieved". It keeps
+    the callbacks it handed out in ``_futures`` (there is no public accessor).
+    """
+    assert wait_until(lambda: all(task.done() for task in list(executor._futures)))
+
+
+@contextmanager
+def driver_rig(tag: str, **overrides) -> Iterator[Rig]:
+    """Driver node + emulated arm (one context), a commanding peer (another), a CAN tap.
+
+    ``overrides`` replace :data:`RIG_PARAMS` entries (dots as in the YAML: pass a dict).
+    """
     domain = 90 + (os.getpid() + 5) % 10  # 90..99, never the in-process test's domain
-    channel = unique_channel("driver-raw")
-    prefix = f"/rawcan{os.getpid()}"  # private topics: no other test's commands reach this node
+    channel = unique_channel(f"driver-{tag}")
+    prefix = f"/{tag.replace('-', '_')}{os.getpid()}"  # private topics: no other test's commands
     tap = CanTap()
     bus = can.Bus(interface="virtual", channel=channel)
     notifier = can.Notifier(bus, [tap], timeout=0.05)
@@ -211,29 +267,10 @@ def rig():
     node_ctx, peer_ctx = rclpy.Context(), rclpy.Context()
     rclpy.init(context=node_ctx, domain_id=domain)
     rclpy.init(context=peer_ctx, domain_id=domain)
-    params = {
-        "emulate": True,
-        "interface": "virtual",
-        "can_channel": channel,
-        "enable_on_start": True,
-        "safety.workspace_min_m": list(WORKSPACE_MIN),
-        "safety.workspace_max_m": list(WORKSPACE_MAX),
-        "safety.max_step_translation_m": MAX_STEP_M,
-        "safety.max_step_rotation_rad": MAX_STEP_RAD,
-        "piper.speed_percent": SPEED_PERCENT,
-        "piper.gripper_effort_nm": EFFORT_NM,
-        "piper.stale_feedback_s": 1.0,  # a loaded 2-core box can starve the threads briefly
-        "gripper.open_width_m": OPEN_M,
-        "gripper.closed_width_m": CLOSED_M,
-        # Commands are paced by the driver's processing, not by the arm's motion.
-        "controller.max_tracking_error_m": 0.0,
-        "emulator.initial_joints_rad": list(JOINTS),
-        "emulator.initial_gripper_width_m": OPEN_M,
-        "emulator.gripper_speed_m_s": 0.2,
-    }
+    params = {**RIG_PARAMS, "can_channel": channel, **overrides}
     topics = ("/heisd/ee_command", "/joint_states", "/ee_pose", "/diagnostics")
     node = PiperDriverNode(
-        "raw_can_piper_driver",
+        f"{tag.replace('-', '_')}_piper_driver",
         context=node_ctx,
         parameter_overrides=[Parameter(k, value=v) for k, v in params.items()],
         cli_args=["--ros-args", *(a for t in topics for a in ("-r", f"{t}:={prefix}{t}"))],
@@ -250,17 +287,14 @@ def rig():
 
     spinner = threading.Thread(target=spin, daemon=True)
     spinner.start()
-    peer = rclpy.create_node("raw_can_commander", context=peer_ctx)
+    peer = rclpy.create_node(f"{tag.replace('-', '_')}_commander", context=peer_ctx)
     pub = peer.create_publisher(hmsg.EECommand, f"{prefix}/heisd/ee_command", 10)
     try:
-        yield node, pub, tap
+        yield Rig(node, pub, tap, channel, peer)
     finally:
         stop.set()
         spinner.join(timeout=10)
-        # Let callbacks already handed to the pool finish (milliseconds each): rclpy's
-        # MultiThreadedExecutor.shutdown() destroys its guard condition before it joins the
-        # pool, and a callback ending after that prints "exception was never retrieved".
-        time.sleep(0.3)
+        wait_for_callbacks(executor)
         executor.shutdown()
         node.destroy_node()
         peer.destroy_node()
@@ -270,13 +304,18 @@ def rig():
         bus.shutdown()
 
 
+@pytest.fixture
+def rig():
+    # Speed limits off: each command's target goes out whole (their own test is in
+    # test_driver_command_stream.py).
+    with driver_rig(
+        "raw-can", **{"safety.max_linear_speed_m_s": 0.0, "safety.max_angular_speed_rad_s": 0.0}
+    ) as rig:
+        yield rig.node, rig.pub, rig.tap, rig
+
+
 def wait_for(predicate: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
+    return wait_until(predicate, timeout_s)
 
 
 def controller_values(node: PiperDriverNode) -> dict[str, str]:
@@ -289,13 +328,21 @@ def handled(node: PiperDriverNode) -> int:
     return sum(int(values[f"commands_{k}"]) for k in ("executed", "rejected", "waited"))
 
 
+def enabling_over(node: PiperDriverNode, tap: CanTap) -> bool:
+    """The controller started (after enabling) and the tap holds every frame enabling sent."""
+    if controller_values(node)["status"] not in ("running", "watchdog_hold"):
+        return False
+    handled = node.emulator.state().frames_received
+    return all(tap.count_id(i) == handled.get(i, 0) for i in (MOTOR_ENABLE, GRIPPER_CTRL))
+
+
 def test_driver_sends_clamped_absolute_targets_and_gripper_frames_only_on_change(rig):
-    node, pub, tap = rig
+    node, pub, tap, stamps = rig
     assert wait_for(lambda: pub.get_subscription_count() > 0), "the node never subscribed"
-    # Started (watchdog_hold: no command for a second yet, the arm rests where it is).
-    assert wait_for(lambda: controller_values(node)["status"] in ("running", "watchdog_hold")), (
+    # Started (watchdog_hold: no command for a second yet, the arm rests where it is), and
+    # enabling (0x471 and 0x159 frames) is over: record from here.
+    assert wait_for(lambda: enabling_over(node, tap)), (
         node.arm_diagnostic().message, node.controller_diagnostic().message)
-    time.sleep(0.3)  # enabling is over (it sends 0x471 and 0x159): record from here
     mark = tap.count()
     start = tap.feedback_pose()
     assert start is not None, "no end-pose feedback on the bus"
@@ -310,7 +357,7 @@ def test_driver_sends_clamped_absolute_targets_and_gripper_frames_only_on_change
         steps += 1
         pub.publish(ee_command_to_msg(EECommand(
             dp, (0.0, 0.0, dyaw), gripper=gripper, gripper_from_target=from_target,
-            step_index=steps, frame_id="base_link")))
+            step_index=steps, frame_id="base_link", stamp_s=stamps.now_s())))
         assert wait_for(lambda: handled(node) == steps), (steps, controller_values(node))
 
     def move(dp=(0.0, 0.0, 0.0), dyaw=0.0, **gripper) -> None:

@@ -24,7 +24,12 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from heisd_ros.nodes.driver_config import PiperDriverConfig  # noqa: E402
+from heisd_ros.nodes.driver_config import (  # noqa: E402
+    DEFAULT_MAX_COMMAND_AGE_S,
+    DEFAULT_MAX_COMMAND_FUTURE_S,
+    DRIVER_SAFETY_DEFAULTS,
+    PiperDriverConfig,
+)
 from heisd_ros.nodes.piper_driver_node import PiperDriverNode  # noqa: E402
 from heisd_ros.nodes.robot_msgs import (  # noqa: E402
     ee_command_from_msg,
@@ -126,14 +131,20 @@ def test_shipped_yaml_sets_exactly_the_declared_parameters(start):
     )
     assert controller.gripper.config == GripperConfig(**_section(params, "gripper"))
     assert controller.config.max_tracking_error_m == params["controller.max_tracking_error_m"]
+    assert controller.config.max_command_age_s == params["controller.max_command_age_s"]
+    assert controller.config.max_command_future_s == params["controller.max_command_future_s"]
+    assert (params["controller.max_command_age_s"], params["controller.max_command_future_s"]) == (
+        DEFAULT_MAX_COMMAND_AGE_S, DEFAULT_MAX_COMMAND_FUTURE_S)
     assert node.emulator.config == EmulatedPiperConfig(
         channel=channel, interface="virtual", **_tuples(_section(params, "emulator"))
     )
-    # The YAML repeats the library's defaults (so it documents them), except where the node
-    # deliberately differs: the emulated arm starts in a ready pose with the gripper open.
-    for section, cls in (("piper", PiperConfig), ("safety", SafetyConfig),
-                         ("gripper", GripperConfig)):
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    # The YAML repeats the node's defaults (so it documents them): the library's, except where
+    # the driver deliberately differs (speed limits the library leaves off for the simulator;
+    # the emulated arm starts in a ready pose with the gripper open).
+    for section, cls, driver_defaults in (("piper", PiperConfig, {}),
+                                          ("safety", SafetyConfig, DRIVER_SAFETY_DEFAULTS),
+                                          ("gripper", GripperConfig, {})):
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)} | driver_defaults
         for key, value in _tuples(_section(params, section)).items():
             assert value == pytest.approx(defaults[key]), f"{section}.{key}"
 
@@ -147,6 +158,9 @@ def test_shipped_yaml_sets_exactly_the_declared_parameters(start):
         ({"piper.move_mode": "j"}, ["piper", "move_mode", "'j'"]),
         ({"feedback_rate_hz": "fast"}, ["feedback_rate_hz", "fast"]),
         ({"controller.max_tracking_error_m": -1.0}, ["max_tracking_error_m"]),
+        ({"controller.max_command_age_s": -0.5}, ["max_command_age_s"]),
+        ({"reconnect_max_period_s": 1.0}, ["reconnect_max_period_s"]),
+        ({"safety.max_linear_speed_m_s": -1.0}, ["safety", "max_linear_speed_m_s"]),
     ],
 )
 def test_invalid_parameters_become_errors_on_diagnostics_and_services(ros, start, params, words):

@@ -1,10 +1,15 @@
 """The real piper_sdk against the emulated PIPER over python-can's virtual bus.
 
 Every test gets its own virtual channel (piper_sdk keeps one interface per channel name).
+Nothing waits on time: "the arm did not move" is checked once the emulator has handled the
+frames (its frame counters) and has stepped its model again (a newer feedback frame).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import threading
 import time
 
 import numpy as np
@@ -17,6 +22,7 @@ from heisd_ros.robot.dry_run import emulated_piper_robot, unique_channel
 from heisd_ros.robot.emulated_piper import EmulatedPiper, EmulatedPiperConfig
 from heisd_ros.robot.piper import PiperConfig, PiperRobot
 from heisd_ros.robot.piper_kinematics import PiperKinematics
+from heisd_ros.robot.piper_sdk_log import capture_sdk_log
 from heisd_ros.robot.poses import rotation_angle, rpy_to_matrix
 from test.polling import allclose, wait_until
 
@@ -32,6 +38,45 @@ def emulator(**kwargs) -> EmulatedPiperConfig:
     return EmulatedPiperConfig(
         channel="replaced", initial_joints_rad=JOINTS, initial_gripper_width_m=0.042, **kwargs
     )
+
+
+def frames(emu: EmulatedPiper, can_id: int) -> int:
+    return emu.state().frames_received.get(can_id, 0)
+
+
+def act_and_wait_until_handled(emu: EmulatedPiper, robot: PiperRobot, target: EETarget) -> None:
+    """Send ``target``; return once the emulator has handled its last frame (0x154)."""
+    sent = frames(emu, pc.END_POSE_CTRL[2])
+    robot.act(target)
+    assert wait_until(lambda: frames(emu, pc.END_POSE_CTRL[2]) > sent)
+
+
+def wait_for_new_feedback(robot: PiperRobot) -> None:
+    """Until a feedback frame newer than now arrives: the emulator stepped its model since."""
+    stamp = robot.observe().stamp_s
+    assert wait_until(lambda: robot.observe().stamp_s > stamp)
+
+
+def kill_the_bus(channel: str) -> None:
+    """The interface disappears under piper_sdk: its python-can buses fail every call."""
+    port = C_PiperInterface_V2(can_name=channel).GetCanBus()  # the per-channel singleton
+    port.recv_bus.shutdown()
+    port.send_bus.shutdown()
+
+
+def reader_cpu_s() -> float:
+    """CPU time (s) of piper_sdk's reader threads ("ReadCan") in this process (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for thread in threading.enumerate():
+        if "ReadCan" in thread.name and thread.native_id is not None:
+            try:
+                with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except FileNotFoundError:
+                continue  # ended meanwhile
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+    return total
 
 
 def test_feedback_read_through_the_sdk_matches_the_emulator_in_si_units():
@@ -103,23 +148,28 @@ def test_joint_ctrl_through_the_sdk_moves_the_emulated_joints():
 def test_hold_resends_the_last_target():
     with emulated_piper_robot(emulator(), start_enabled=True) as (emu, robot):
         robot.hold()  # nothing commanded yet: nothing sent
-        time.sleep(0.05)
-        assert emu.state().frames_received.get(pc.END_POSE_CTRL[2], 0) == 0
         goal = EETarget(
             robot.observe().ee_position_m + [0.0, 0.0, 0.01], robot.observe().ee_rpy_rad
         )
         robot.act(goal)
+        # The bus keeps order: once the emulator holds the goal, an earlier hold frame would
+        # have been counted before it.
+        assert wait_until(lambda: emu.state().ee_target_m is not None)
+        assert frames(emu, pc.END_POSE_CTRL[2]) == 1
         robot.hold()
-        assert wait_until(lambda: emu.state().frames_received.get(pc.END_POSE_CTRL[2], 0) == 2)
+        assert wait_until(lambda: frames(emu, pc.END_POSE_CTRL[2]) == 2)
         assert allclose(emu.state().ee_target_m, goal.position_m, atol=1e-6)
 
 
 def test_enable_disable_and_estop_reach_the_emulator():
     with emulated_piper_robot(emulator()) as (emu, robot):
         start = robot.observe().ee_position_m
-        robot.act(EETarget(start + [0.02, 0, 0], robot.observe().ee_rpy_rad))
-        time.sleep(0.1)
-        assert allclose(emu.state().ee_position_m, start, atol=2e-6)  # disabled arms do not move
+        act_and_wait_until_handled(
+            emu, robot, EETarget(start + [0.02, 0, 0], robot.observe().ee_rpy_rad)
+        )
+        wait_for_new_feedback(robot)
+        assert emu.state().ee_target_m is None  # disabled arms take no target...
+        assert allclose(emu.state().ee_position_m, start, atol=2e-6)  # ...and do not move
 
         robot.enable(timeout_s=3.0)
         assert emu.state().motors_enabled == (True,) * 6 and emu.state().gripper_enabled
@@ -136,8 +186,11 @@ def test_enable_disable_and_estop_reach_the_emulator():
         robot.estop()
         assert wait_until(lambda: emu.state().arm_status == ArmStatus.EMERGENCY_STOP)
         assert wait_until(lambda: RobotFault.EMERGENCY_STOP in robot.observe().faults)
-        robot.act(EETarget(start + [0.02, 0, 0], robot.observe().ee_rpy_rad))
-        time.sleep(0.1)
+        act_and_wait_until_handled(
+            emu, robot, EETarget(start + [0.02, 0, 0], robot.observe().ee_rpy_rad)
+        )
+        wait_for_new_feedback(robot)
+        assert emu.state().ee_target_m is None
         assert allclose(emu.state().ee_position_m, start, atol=2e-6)  # stopped arms do not move
 
 
@@ -171,8 +224,9 @@ def test_injected_arm_faults_surface_as_error_states(inject, fault, words):
         state = robot.observe()
         assert not state.ok
         start = state.ee_position_m
-        robot.act(EETarget(start + [0.02, 0, 0], state.ee_rpy_rad))
-        time.sleep(0.1)
+        act_and_wait_until_handled(emu, robot, EETarget(start + [0.02, 0, 0], state.ee_rpy_rad))
+        wait_for_new_feedback(robot)
+        assert emu.state().ee_target_m is None
         assert allclose(emu.state().ee_position_m, start, atol=2e-6)  # a faulted arm does not move
         emu.clear_faults()
         assert wait_until(lambda: robot.observe().ok)
@@ -205,6 +259,59 @@ def test_own_command_frames_do_not_mask_a_silent_arm():
         assert "s old" in robot.observe().detail
 
 
+def test_a_bus_that_died_is_reopened_quietly_and_nothing_spins(capfd):
+    capture = capture_sdk_log()
+    with emulated_piper_robot(emulator(), start_enabled=True) as (emu, robot):
+        start = robot.observe()
+        robot.act(start.ee_target)
+        capfd.readouterr()
+        logged = capture.total
+        kill_the_bus(robot.config.can_channel)
+        lost = {RobotFault.CAN_LOST, RobotFault.STALE_FEEDBACK}
+        assert wait_until(lambda: bool(robot.observe().faults & lost), timeout_s=3.0)
+        robot.hold()  # into the dead bus: piper_sdk logs "send failed" for every frame...
+        assert capture.total > logged
+        robot.reopen()  # ...until the port is reopened: fresh buses, the reader restarted
+        assert wait_until(lambda: robot.observe().ok, timeout_s=3.0)
+        held = frames(emu, pc.END_POSE_CTRL[2])
+        robot.hold()  # the last target survived the reopening
+        assert wait_until(lambda: frames(emu, pc.END_POSE_CTRL[2]) == held + 1)
+        goal = EETarget(start.ee_position_m + [0.0, 0.01, 0.0], start.ee_rpy_rad)
+        robot.act(goal)
+        assert wait_until(lambda: allclose(emu.state().ee_position_m, goal.position_m, atol=1e-6))
+        # The reader does not spin: over 100 feedback frames (0.5 s) it used little CPU.
+        cpu, stamp = reader_cpu_s(), robot.observe().stamp_s
+        assert wait_until(lambda: robot.observe().stamp_s > stamp + 0.5, timeout_s=10.0)
+        assert reader_cpu_s() - cpu < 0.2
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", (out + err)[:2000]  # the SDK's lines were captured
+
+
+def test_reopen_on_a_missing_interface_fails_and_leaves_the_port_closed():
+    capture = capture_sdk_log()
+    with emulated_piper_robot(emulator(), start_enabled=True) as (emu, robot):
+        start = robot.observe()
+        robot.act(start.ee_target)
+        virtual = robot.config
+        # The same channel name, but on socketcan, where no such interface exists.
+        robot.config = dataclasses.replace(virtual, interface="socketcan", check_can_port=True)
+        with pytest.raises(RobotError, match="does not exist"):
+            robot.reopen()
+        state = robot.observe()
+        assert RobotFault.CAN_LOST in state.faults and "does not exist" in state.detail
+        logged = capture.total
+        robot.hold()  # nothing to send on: nothing sent, nothing logged
+        assert capture.total == logged
+        with pytest.raises(RobotError, match="not sent"):
+            robot.act(start.ee_target)
+        robot.config = virtual  # the interface is back
+        robot.reopen()
+        assert wait_until(lambda: robot.observe().ok, timeout_s=3.0)
+        goal = EETarget(start.ee_position_m + [0.0, 0.0, -0.01], start.ee_rpy_rad)
+        robot.act(goal)
+        assert wait_until(lambda: allclose(emu.state().ee_position_m, goal.position_m, atol=1e-6))
+
+
 def test_connect_without_an_arm_fails_with_a_hint():
     robot = PiperRobot(
         PiperConfig(can_channel=unique_channel(), interface="virtual", connect_timeout_s=0.3)
@@ -214,6 +321,16 @@ def test_connect_without_an_arm_fails_with_a_hint():
     assert not robot.is_connected
     with pytest.raises(RobotError, match="not connected"):
         robot.observe()
+
+
+def test_connect_to_a_missing_interface_names_it_and_prints_nothing(capfd):
+    channel = unique_channel("heisd-no-such-can")  # no such network interface
+    robot = PiperRobot(PiperConfig(can_channel=channel, interface="socketcan"))
+    for _ in range(3):
+        with pytest.raises(RobotError, match=f"CAN socket {channel} does not exist"):
+            robot.connect()
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", (out + err)[:2000]
 
 
 def test_reconnect_on_the_same_channel():

@@ -5,6 +5,7 @@ EE commands -> safety -> gripper -> PiperRobot -> piper_sdk -> virtual CAN -> em
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Iterator
@@ -294,3 +295,59 @@ def test_step_before_start_is_a_programming_error():
         assert ctl.tick(0.0).status == ControllerStatus.NOT_STARTED
         with pytest.raises(RuntimeError, match="start"):
             ctl.step(Steps()(), 0.0)
+
+
+def test_stale_future_and_unstamped_commands_are_refused_before_anything_moves():
+    config = ControllerConfig(max_command_age_s=0.5, max_command_future_s=0.1)
+    with controller_on_emulated_arm(controller=config) as (emu, ctl):
+        step, wall = Steps(), 1_000.0
+        start = ctl.safety.target.position_m
+        for stamp, words in (
+            (wall - 0.6, "stale command"),
+            (wall + 0.2, "in the future"),
+            (0.0, "no stamp"),
+        ):
+            command = dataclasses.replace(step(dp=(0.01, 0.0, 0.0), gripper=CLOSED), stamp_s=stamp)
+            result = ctl.step(command, time.monotonic(), clock_s=wall)
+            assert result.held and result.sent is None and words in result.rejected_reason
+        assert ctl.gripper.state == OPEN  # the gripper never saw them either
+        fresh = dataclasses.replace(step(dp=(0.01, 0.0, 0.0)), stamp_s=wall - 0.45)
+        result = ctl.step(fresh, time.monotonic(), clock_s=wall)
+        assert allclose(result.sent.position_m, start + [0.01, 0.0, 0.0], atol=1e-12)
+        with pytest.raises(RuntimeError, match="clock_s"):
+            ctl.step(step(), time.monotonic())
+
+
+def test_lost_commands_re_anchor_the_target_where_the_arm_is():
+    slow_arm = {"max_linear_speed_m_s": 0.02}  # 1 cm/s at the driver's 50 %: it lags
+    with controller_on_emulated_arm(**slow_arm) as (emu, ctl):
+        step = Steps()
+        start = ctl.safety.target.position_m
+        ctl.step(step(dp=(0.0, 0.0, -0.02)), time.monotonic())
+        assert wait_until(lambda: emu.state().ee_position_m[2] < start[2] - 0.002)  # on its way
+        step.index += 2  # two commands lost
+        gap = ctl.step(step(dp=(0.0, 0.0, -0.02)), time.monotonic())
+        assert gap.sent is None and gap.lost == 2 and gap.reanchored
+        here = gap.state.ee_position_m
+        assert here[2] > start[2] - 0.02  # mid-way: the arm was still moving
+        assert allclose(ctl.safety.reference.position_m, here, atol=1e-12)
+        # The arm is told to stay where it is (its last target is the measured pose).
+        assert wait_until(lambda: allclose(emu.state().ee_target_m, here, atol=1e-6))
+        resumed = ctl.step(step(dp=(0.01, 0.0, 0.0)), time.monotonic())
+        assert allclose(resumed.sent.position_m, here + [0.01, 0.0, 0.0], atol=1e-12)
+
+
+def test_ticks_release_speed_limited_motion_until_the_target_is_reached():
+    limits = SafetyConfig(watchdog_timeout_s=5.0, max_linear_speed_m_s=0.1)
+    with controller_on_emulated_arm(safety=limits) as (emu, ctl):
+        step = Steps()
+        start = ctl.safety.target.position_m
+        goal = start + [0.0, 0.02, 0.0]
+        t0 = time.monotonic()
+        assert ctl.tick(t0).sent is None  # nothing to release; the tick marks the time
+        first = ctl.step(step(dp=(0.0, 0.02, 0.0)), t0 + 0.05)
+        assert allclose(first.sent.position_m, start + [0.0, 0.005, 0.0], atol=1e-12)  # 0.1 x 0.05
+        sent = [ctl.tick(t0 + 0.05 + 0.02 * i).sent for i in range(1, 10)]
+        released = [s.position_m[1] - start[1] for s in sent if s is not None]
+        assert released == pytest.approx([0.007, 0.009, 0.011, 0.013, 0.015, 0.017, 0.019, 0.02])
+        assert wait_until(lambda: allclose(emu.state().ee_position_m, goal, atol=1e-6))

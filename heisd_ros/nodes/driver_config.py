@@ -3,7 +3,10 @@
 The node's own fields live in :class:`PiperDriverConfig` (top-level parameters); the arm, the
 safety filter, the gripper, the controller and the emulated arm keep their library configs,
 declared as ``piper.*``, ``safety.*``, ``gripper.*``, ``controller.*`` and ``emulator.*``
-parameters (``config/piper_driver_node.yaml``). Every reader raises ``ValueError`` naming the
+parameters (``config/piper_driver_node.yaml``). Where the driver needs a rule the library
+leaves off by default (the simulator shares the library configs), the driver's own default
+differs: :data:`DRIVER_SAFETY_DEFAULTS` (speed limits) and the command age limits of
+:func:`controller_config_from_parameters`. Every reader raises ``ValueError`` naming the
 parameter group and the bad value; the node reports it and then drives nothing.
 """
 
@@ -22,6 +25,15 @@ from heisd_ros.robot.controller import ControllerConfig
 
 T = TypeVar("T")
 
+#: The driver's defaults for ``safety.*`` where the library's are "off" (for the simulator):
+#: the released target moves at most 0.25 m/s and 1.5 rad/s. A 10 Hz policy taking full steps
+#: (0.02 m, 0.15 rad) stays below both, so they bind only on bursts and faster streams.
+DRIVER_SAFETY_DEFAULTS = {"max_linear_speed_m_s": 0.25, "max_angular_speed_rad_s": 1.5}
+#: ``controller.max_command_age_s`` default, s: a 5-10 Hz policy on frames ~0.1-0.3 s old.
+DEFAULT_MAX_COMMAND_AGE_S = 0.5
+#: ``controller.max_command_future_s`` default, s: clock skew between policy and driver hosts.
+DEFAULT_MAX_COMMAND_FUTURE_S = 0.1
+
 
 @dataclass
 class PiperDriverConfig:
@@ -38,8 +50,9 @@ class PiperDriverConfig:
             feedback frame (the PIPER streams at 200 Hz).
         control_rate_hz: rate of the controller tick (watchdog, gripper, faults, hold), Hz.
         diagnostics_period_s: period of /diagnostics, s.
-        reconnect_period_s: retry connecting to a silent arm (and starting the controller)
-            this often, s.
+        reconnect_period_s: first wait before retrying a silent arm (connecting, starting the
+            controller, reopening a CAN port whose feedback stopped), s; doubles per failure.
+        reconnect_max_period_s: longest wait between those retries, s.
         frame_id: frame of /ee_pose; EE commands must be in it too ("" counts as it).
         joint_names: names of the six arm joints in /joint_states.
         gripper_joint_name: name of the gripper opening (m) in /joint_states.
@@ -53,6 +66,7 @@ class PiperDriverConfig:
     control_rate_hz: float = 50.0
     diagnostics_period_s: float = 0.5
     reconnect_period_s: float = 2.0
+    reconnect_max_period_s: float = 16.0
     frame_id: str = "base_link"
     joint_names: tuple[str, ...] = PIPER_JOINT_NAMES
     gripper_joint_name: str = GRIPPER_JOINT_NAME
@@ -63,10 +77,16 @@ class PiperDriverConfig:
             "control_rate_hz",
             "diagnostics_period_s",
             "reconnect_period_s",
+            "reconnect_max_period_s",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name}: expected a finite value > 0, got {value!r}")
+        if self.reconnect_max_period_s < self.reconnect_period_s:
+            raise ValueError(
+                f"reconnect_max_period_s: expected >= reconnect_period_s "
+                f"({self.reconnect_period_s}), got {self.reconnect_max_period_s}"
+            )
         if self.control_rate_hz < 10:
             raise ValueError(
                 f"control_rate_hz: the controller needs >= 10 Hz, got {self.control_rate_hz}"
@@ -84,13 +104,21 @@ class PiperDriverConfig:
             )
 
 
-def config_from_parameters(node: Node, cls: type[T], prefix: str, **fixed: object) -> T:
+def config_from_parameters(
+    node: Node,
+    cls: type[T],
+    prefix: str,
+    *,
+    defaults: dict[str, object] | None = None,
+    **fixed: object,
+) -> T:
     """Declare ``cls``'s fields as ``<prefix>.*`` parameters except ``fixed``; build it.
 
     Args:
         node: the node that declares the parameters.
         cls: a self-checking config dataclass.
         prefix: parameter group, e.g. ``"safety"``.
+        defaults: the driver's defaults where they differ from the library's.
         **fixed: fields the node fills itself (shared with its own parameters); not declared.
 
     Returns:
@@ -99,7 +127,7 @@ def config_from_parameters(node: Node, cls: type[T], prefix: str, **fixed: objec
     Raises:
         ValueError: the config refused a value; the message names the parameter group.
     """
-    values = declare_dataclass_parameters(node, cls, prefix, skip=tuple(fixed))
+    values = declare_dataclass_parameters(node, cls, prefix, defaults=defaults, skip=tuple(fixed))
     try:
         return cls(**values, **fixed)
     except ValueError as exc:
@@ -107,26 +135,46 @@ def config_from_parameters(node: Node, cls: type[T], prefix: str, **fixed: objec
 
 
 def controller_config_from_parameters(node: Node) -> ControllerConfig:
-    """Declare ``controller.max_tracking_error_m`` and build the :class:`ControllerConfig`.
+    """Declare the ``controller.*`` parameters and build the :class:`ControllerConfig`.
 
-    The field is optional (None = off), which a ROS parameter cannot hold: 0 stands for None.
+    ``max_tracking_error_m`` and ``max_command_age_s`` are optional (None = off), which a ROS
+    parameter cannot hold: 0 stands for None. The command age check is on by default here
+    (the library leaves it off for the simulator).
 
     Raises:
-        ValueError: not a number of metres, or refused by :class:`ControllerConfig`.
+        ValueError: not a number, or refused by :class:`ControllerConfig`.
     """
-    tracking = node.declare_parameter(
-        "controller.max_tracking_error_m",
-        0.10,
-        ParameterDescriptor(
-            description="FAULT when the flange is farther than this from the commanded "
-            "position, m (0 disables the check)",
-            read_only=True,
-            dynamic_typing=True,
+    descriptions = {
+        "max_tracking_error_m": (
+            0.10,
+            "FAULT when the flange is farther than this from the commanded position, m "
+            "(0 disables the check)",
         ),
-    ).value
-    if isinstance(tracking, bool) or not isinstance(tracking, (int, float)):
-        raise ValueError(f"controller.max_tracking_error_m: expected metres, got {tracking!r}")
+        "max_command_age_s": (
+            DEFAULT_MAX_COMMAND_AGE_S,
+            "refuse commands stamped (observation time) longer ago than this, s; unstamped "
+            "commands (stamp 0) are refused too (0 disables the check)",
+        ),
+        "max_command_future_s": (
+            DEFAULT_MAX_COMMAND_FUTURE_S,
+            "refuse commands stamped further ahead of this node's clock than this, s",
+        ),
+    }
+    values = {}
+    for name, (default, description) in descriptions.items():
+        value = node.declare_parameter(
+            f"controller.{name}",
+            default,
+            ParameterDescriptor(description=description, read_only=True, dynamic_typing=True),
+        ).value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"controller.{name}: expected a number, got {value!r}")
+        values[name] = float(value)
     try:
-        return ControllerConfig(max_tracking_error_m=float(tracking) or None)
+        return ControllerConfig(
+            max_tracking_error_m=values["max_tracking_error_m"] or None,
+            max_command_age_s=values["max_command_age_s"] or None,
+            max_command_future_s=values["max_command_future_s"],
+        )
     except ValueError as exc:
         raise ValueError(f"invalid 'controller.*' parameters: {exc}") from exc

@@ -1,29 +1,35 @@
 """What the PIPER driver node does, without ROS: connect, enable, start, step, hold, answer.
 
 :class:`DriverCore` sits between the node's callbacks and
-:class:`~heisd_ros.robot.controller.RobotController`: it connects to a silent arm again and
-again, enables it once when asked to, starts the controller, runs each command and tick, turns
-SDK errors into a hold, and answers the node's services with ``(success, message)``. Nothing
-here raises for a lost bus or an arm fault; everything ends up in the
-:class:`~heisd_ros.nodes.driver_report.DriverReport` and in log lines. Stopping never cuts motor
-power (a PIPER drops its arm when disabled): faults and SDK errors *hold* the last target.
+:class:`~heisd_ros.robot.controller.RobotController`: it connects to a silent arm and reopens a
+lost bus with back-off (:mod:`~heisd_ros.nodes.driver_link`), enables the arm once when asked
+to, starts the controller, runs each command (with the node's clock for the stamp check) and
+tick, turns SDK errors into a hold, and answers the node's services with ``(success,
+message)``; ``~/enable`` is refused while the arm is unreachable or the controller is latched.
+Nothing here raises for a lost bus or an arm fault; everything ends up in the
+:class:`~heisd_ros.nodes.driver_report.DriverReport` and in log lines (piper_sdk's own log
+lines are captured and summarised, :mod:`heisd_ros.robot.piper_sdk_log`). Stopping never cuts
+motor power (a PIPER drops its arm when disabled): faults and SDK errors *hold* the last target.
 
 No rclpy (only the message helpers of ``robot_msgs``): the node passes its logger (rclpy's,
-for ``throttle_duration_sec``) and the clock.
+for ``throttle_duration_sec``) and its clocks.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TypeVar
 
 import can
 
+from heisd_ros.nodes.driver_link import LinkSupervisor, Logger
 from heisd_ros.nodes.driver_report import LATCHED, DriverReport
 from heisd_ros.nodes.robot_msgs import CAN_FAULTS, fault_message
 from heisd_ros.robot.base import EECommand, RobotError
 from heisd_ros.robot.controller import ControllerStatus, RobotController, StepResult
+from heisd_ros.robot.piper_sdk_log import SdkLogCapture
 
 T = TypeVar("T")
 
@@ -32,19 +38,8 @@ SDK_ERRORS = (RobotError, can.CanError, OSError)
 DISABLE_WARNING = "WARNING: a PIPER without motor power drops its arm: support it before disabling"
 #: The controller's reason for a command whose arm part waits for the gripper.
 GRIPPER_WAIT_REASON = "arm waits for the gripper"
-
-
-class Logger(Protocol):
-    """The part of rclpy's logger the core uses (``throttle_duration_sec=`` as a keyword)."""
-
-    def info(self, message: str, **kwargs: Any) -> Any:
-        """Log at INFO."""
-
-    def warning(self, message: str, **kwargs: Any) -> Any:
-        """Log at WARN."""
-
-    def error(self, message: str, **kwargs: Any) -> Any:
-        """Log at ERROR."""
+#: At most one summary line of piper_sdk's captured log lines per this many s.
+SDK_LOG_REPORT_S = 10.0
 
 
 class DriverCore:
@@ -56,9 +51,13 @@ class DriverCore:
         report: where errors and counters go.
         logger: rclpy-style logger.
         can_channel, interface: for log lines.
-        reconnect_period_s: retry a silent arm (and starting the controller) this often, s.
+        reconnect_period_s: first wait before retrying a silent arm (connecting, starting the
+            controller, reopening a lost bus), s; it doubles after each failure...
+        reconnect_max_period_s: ...up to this, s.
         enable_on_start: enable the motors once, right after the first connection.
         clock: monotonic seconds.
+        stamp_clock: now on the clock of the command stamps (the node's ROS clock), s.
+        sdk_log: piper_sdk's captured log lines, summarised in the log and the report.
     """
 
     def __init__(
@@ -70,18 +69,35 @@ class DriverCore:
         can_channel: str = "",
         interface: str = "",
         reconnect_period_s: float = 2.0,
+        reconnect_max_period_s: float = 16.0,
         enable_on_start: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        stamp_clock: Callable[[], float] = time.time,
+        sdk_log: SdkLogCapture | None = None,
     ) -> None:
         self.controller = controller
         self.report = report
         self.last_result: StepResult | None = None
         self._log = logger
-        self._can = (can_channel, interface)
-        self._reconnect_period_s = reconnect_period_s
         self._enable_pending = enable_on_start
         self._clock = clock
-        self._next_attempt = 0.0
+        self._stamp_clock = stamp_clock
+        self._sdk_log = sdk_log
+        self._sdk_log_reported = sdk_log.total if sdk_log is not None else 0
+        self._next_sdk_log_report = -math.inf
+        self.link = (
+            LinkSupervisor(
+                controller.robot,
+                report,
+                logger,
+                SDK_ERRORS,
+                (can_channel, interface),
+                reconnect_period_s,
+                reconnect_max_period_s,
+            )
+            if controller is not None
+            else None
+        )
 
     # ------------------------------------------------------------------ life cycle
     def started(self, now: float) -> bool:
@@ -91,21 +107,10 @@ class DriverCore:
             return False
         if ctl.status != ControllerStatus.NOT_STARTED:
             return True
-        if now < self._next_attempt:
+        if not self.link.connect(now):
             return False
-        self._next_attempt = now + self._reconnect_period_s
-        robot = ctl.robot
-        if not robot.is_connected:
-            try:
-                robot.connect()
-            except SDK_ERRORS as exc:
-                reason = f"CAN: cannot connect to the PIPER: {exc}"
-                if reason != report.connect_error:
-                    self._log.error(f"{reason}; retrying every {self._reconnect_period_s:g} s")
-                report.connect_error = reason
-                return False
-            report.connect_error = ""
-            self._log.info(f"connected to the PIPER on '{self._can[0]}' ({self._can[1]})")
+        if not self.link.connect_backoff.due(now):
+            return False  # connected, but starting failed a moment ago
         if self._enable_pending:
             self._enable_pending = False  # once: a later failure is reported, not retried
             self.enable()
@@ -116,6 +121,7 @@ class DriverCore:
             if reason != report.start_error:
                 self._log.error(reason)
             report.start_error = reason
+            self.link.retry_later(now)
             return False
         report.start_error = ""
         self.note(result)
@@ -159,12 +165,32 @@ class DriverCore:
             return None
 
     def tick(self) -> None:
-        """The control timer: start when possible, then the controller's periodic work."""
+        """The control timer: start when possible, the controller's periodic work, the link."""
         now = self._clock()
         if self.started(now):
             result = self.call("tick", lambda: self.controller.tick(now))
             if result is not None:
                 self.note(result)
+            state = self.last_result.state if self.last_result is not None else None
+            lost = state is not None and bool(state.faults & CAN_FAULTS)
+            self.link.supervise(now, state, lost)
+        self.report_sdk_log(now)
+
+    def report_sdk_log(self, now: float) -> None:
+        """Count piper_sdk's captured lines; log one summary line per SDK_LOG_REPORT_S."""
+        capture = self._sdk_log
+        if capture is None:
+            return
+        total = capture.total
+        self.report.sdk_log_lines, self.report.sdk_log_last = total, capture.last
+        if total == self._sdk_log_reported or now < self._next_sdk_log_report:
+            return
+        self._log.warning(
+            f"piper_sdk logged {total - self._sdk_log_reported} line(s) (captured, not "
+            f"printed; total on /diagnostics as sdk_log_lines); newest: {capture.last}"
+        )
+        self._sdk_log_reported = total
+        self._next_sdk_log_report = now + SDK_LOG_REPORT_S
 
     def note(self, result: StepResult) -> None:
         """Keep the newest result for diagnostics; log status changes and a silent bus."""
@@ -194,12 +220,14 @@ class DriverCore:
         if reason := self.not_ready():
             self.refuse(command.step_index, f"driver not ready: {reason}")
             return
-        now = self._clock()
-        result = self.call("step", lambda: self.controller.step(command, now))
+        now, clock_s = self._clock(), self._stamp_clock()
+        result = self.call("step", lambda: self.controller.step(command, now, clock_s))
         if result is None:
             self.refuse(command.step_index, f"SDK error: {self.report.sdk_error}")
             return
         self.note(result)
+        self.report.counts["lost"] += result.lost
+        self.report.counts["reanchored"] += result.reanchored
         if result.sent is not None and result.sent.gripper_width_m is not None:
             self.report.counts["gripper_changes"] += 1
         if result.rejected_reason:
@@ -222,13 +250,18 @@ class DriverCore:
 
     # ------------------------------------------------------------------ services
     def enable_service(self) -> tuple[bool, str]:
-        """``~/enable``: motors on; a disabled controller restarts from the measured pose."""
-        if reason := self.connected_or_reason():
+        """``~/enable``: motors on; a disabled controller restarts from the measured pose.
+
+        Refused (with the reason) while the arm cannot be reached (CAN lost), reports a fault,
+        or the controller is latched in FAULT/ESTOP (``~/clear_fault`` first): enabling then
+        could not be confirmed, or would leave the arm stiff under a controller that holds.
+        """
+        if reason := self.connected_or_reason() or self.enable_refusal():
             return False, reason
         if error := self.enable():
             return False, error
         now = self._clock()
-        self._next_attempt = 0.0
+        self.link.connect_backoff.reset()
         if self.started(now):  # DISABLED -> RUNNING from the measured pose, right away
             result = self.call("tick", lambda: self.controller.tick(now))
             if result is not None:
@@ -275,6 +308,26 @@ class DriverCore:
             return False, result.rejected_reason or result.detail or result.status.value
         self.report.clear_sdk_error()
         return True, f"fault cleared; controller {result.status.value}"
+
+    def enable_refusal(self) -> str:
+        """Why ``~/enable`` must not enable the motors now ("" when it may)."""
+        ctl = self.controller
+        try:
+            state = ctl.robot.observe()
+        except SDK_ERRORS as exc:
+            return f"not enabled: cannot read the arm: {exc}"
+        if state.faults & CAN_FAULTS:
+            return f"not enabled: the arm cannot be reached: {fault_message(state)}"
+        if ctl.status in LATCHED:
+            detail = (self.last_result.detail if self.last_result is not None else "") or ""
+            return (
+                f"not enabled: controller is {ctl.status.value}"
+                + (f" ({detail})" if detail else "")
+                + "; call ~/clear_fault once the cause is gone, then ~/enable"
+            )
+        if state.faults:
+            return f"not enabled: {fault_message(state)}"
+        return ""
 
     def connected_or_reason(self) -> str:
         """Why the arm cannot be commanded (config or connection error); "" when connected."""

@@ -2,7 +2,8 @@
 
 Three entries, each named ``<node>: <what>`` with hardware id ``piper:<interface>:<channel>``:
 
-- ``arm``: CAN link, arm status code, motors, faults and the measured pose;
+- ``arm``: CAN link (connection attempts, port reopens, piper_sdk's captured log lines), arm
+  status code, motors, faults and the measured pose;
 - ``controller``: controller status, gripper, the last command's fate, clamps and SDK errors;
 - ``emulated arm`` (only with ``emulate``): the emulator's ground truth.
 
@@ -64,6 +65,7 @@ def arm_diagnostic(
         "emulated": config.emulate,
         "connected": connected,
         "enable_error": report.enable_error,
+        **report.link_values(),
     }
     if report.config_error:
         return driver_status(
@@ -74,6 +76,8 @@ def arm_diagnostic(
         return driver_status(node_name, config, "arm", DiagnosticStatus.ERROR, message, values)
     level, message, arm_values = arm_state_diagnostic(state)
     values.update(arm_values, feedback_published=report.counts["feedback_published"])
+    if report.link_error:
+        message = f"{message}; {report.link_error}"
     return driver_status(node_name, config, "arm", level, message, values)
 
 

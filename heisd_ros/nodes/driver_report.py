@@ -17,8 +17,20 @@ from heisd_ros.robot.controller import ControllerStatus, RobotController
 SDK_ERROR_REPORT_S = 5.0
 #: Statuses that hold until ``~/clear_fault``.
 LATCHED = (ControllerStatus.FAULT, ControllerStatus.ESTOP)
-#: The command counters on the controller diagnostic (``commands_<name>``).
-COMMAND_COUNTERS = ("received", "executed", "rejected", "clamped", "waited", "gripper_changes")
+#: The command counters on the controller diagnostic (``commands_<name>``): ``lost`` counts
+#: step indices that never arrived, ``reanchored`` the re-anchors to the measured pose.
+COMMAND_COUNTERS = (
+    "received",
+    "executed",
+    "rejected",
+    "clamped",
+    "waited",
+    "gripper_changes",
+    "lost",
+    "reanchored",
+)
+#: The link counters on the arm diagnostic.
+LINK_COUNTERS = ("connect_attempts", "link_reopens")
 
 
 @dataclass
@@ -28,18 +40,24 @@ class DriverReport:
     Attributes:
         config_error: invalid parameters ("" when configured); the node then drives nothing.
         connect_error: why the last connection attempt failed ("" once connected).
+        link_error: while the arm's feedback is missing: what reopening the CAN port did
+            ("" while feedback flows).
         start_error: why the controller could not start (e.g. the EE is outside the box).
         enable_error: why the last enable failed.
         sdk_error: the last piper_sdk / python-can error ("<call>: <type>: <text>").
         sdk_error_at: when ``sdk_error`` happened, monotonic s (-inf: never).
-        counts: commands received, executed, rejected, clamped, waited, gripper changes;
-            feedback messages published.
+        counts: commands received, executed, rejected, clamped, waited, gripper changes,
+            lost (step indices that never arrived), re-anchored; feedback messages published;
+            connection attempts and port reopens.
+        sdk_log_lines: piper_sdk log lines captured (not printed) since the start.
+        sdk_log_last: the newest of them.
         last_outcome: (what happened to the last command, why) for the diagnostics.
         last_clamped: the last clamped command and the limits that clamped it.
     """
 
     config_error: str = ""
     connect_error: str = ""
+    link_error: str = ""
     start_error: str = ""
     enable_error: str = ""
     sdk_error: str = ""
@@ -47,6 +65,8 @@ class DriverReport:
     counts: Counter[str] = field(default_factory=Counter)
     last_outcome: tuple[str, str] = ("", "")
     last_clamped: str = ""
+    sdk_log_lines: int = 0
+    sdk_log_last: str = ""
 
     def not_ready(self, controller: RobotController | None) -> str:
         """Why no command can be executed yet ("" when the controller runs)."""
@@ -86,3 +106,12 @@ class DriverReport:
     def command_counts(self) -> dict[str, int]:
         """The command counters as ``commands_<name>`` diagnostic values."""
         return {f"commands_{k}": self.counts[k] for k in COMMAND_COUNTERS}
+
+    def link_values(self) -> dict[str, object]:
+        """The link counters, the reopen outcome and the captured SDK log, for diagnostics."""
+        return {
+            **{k: self.counts[k] for k in LINK_COUNTERS},
+            "link_error": self.link_error,
+            "sdk_log_lines": self.sdk_log_lines,
+            "sdk_log_last": self.sdk_log_last,
+        }

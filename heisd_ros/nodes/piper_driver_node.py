@@ -24,10 +24,26 @@ Usage::
 
 Interface:
     ``/heisd/ee_command`` (heisd_ros/msg/EECommand, in): one command per control step ->
-        ``RobotController.step``. Deltas become absolute targets inside the workspace box and
-        per-step limits; NaN, foreign frames, repeated step indices and unknown enum numbers
-        are refused with the reason on /diagnostics; a gripper change is executed only when
-        ``gripper_from_target`` is true on ``gripper.hysteresis_steps`` consecutive commands.
+        ``RobotController.step``. Subscription QoS: reliable, volatile, keep-last 10. Deltas
+        must arrive complete and in order (reliable); a driver started late must never
+        receive old commands (volatile); 10 is 0.5 s (``controller.max_command_age_s``) of a
+        20 Hz stream, so a deeper queue would only hold commands the age check refuses, and a
+        burst that overflows it shows up as lost step indices (below).
+        Refused with the reason on /diagnostics (``last_rejected_reason``) and a throttled log
+        line, the arm holding: commands whose ``header.stamp`` (the observation they were
+        decided on) is older than ``controller.max_command_age_s`` on this node's clock,
+        further in the future than ``controller.max_command_future_s``, or 0 (unstamped);
+        NaN, foreign frames, repeated step indices and unknown enum numbers. A ``step_index``
+        more than 1 ahead of the previous one means commands were lost: that command is
+        refused and the target re-anchored to the measured pose (integration resumes with the
+        next index; ``commands_lost`` counts the missing ones); a ``step_index`` that goes
+        backwards is a sender that started over: re-anchored, then executed. Deltas become
+        absolute targets inside the workspace box and the per-step limits; the target sent
+        to the arm moves at most ``safety.max_linear_speed_m_s`` / ``max_angular_speed_rad_s``
+        (released on commands and control ticks; a faster stream is slowed down, and motion
+        more than one step ahead of the arm's target is dropped). A gripper change is
+        executed only when ``gripper_from_target`` is true on ``gripper.hysteresis_steps``
+        consecutive commands.
     ``/joint_states`` (sensor_msgs/JointState, out): joint1..joint6 in rad, then ``gripper``
         (the opening in m); ``/ee_pose`` (geometry_msgs/PoseStamped, out): the flange in
         ``frame_id``, m and quaternion. Both are published for every new feedback frame, at
@@ -39,18 +55,26 @@ Interface:
         gripper state and phase, the last refused command and why, clamps, SDK errors) and,
         with ``emulate``, ``<node>: emulated arm`` (the emulator's ground truth).
     ``~/enable``, ``~/disable`` (the answer warns that the arm drops), ``~/estop``,
-        ``~/clear_fault`` (std_srvs/Trigger).
+        ``~/clear_fault`` (std_srvs/Trigger). ``~/enable`` answers failure, with the reason,
+        while the arm cannot be reached (CAN lost), reports a fault, or the controller is in
+        FAULT/ESTOP (``~/clear_fault`` first).
     Only with ``emulate:=true`` (fault injection for dry runs and tests):
     ``~/emulator/set_can_link`` (std_srvs/SetBool; false = the cable is pulled: no frames in
         either direction), ``~/emulator/inject_collision`` (std_srvs/Trigger, joint 1) and
         ``~/emulator/clear_faults`` (std_srvs/Trigger: clears injected faults and the
         emergency stop; unlike the real arm's reset it leaves the motors enabled).
 
-A PIPER that does not answer at start (no power, CAN down) does not stop the node: it reports
-the reason and retries every ``reconnect_period_s``. A lost bus later on is a latched FAULT
-(hold) until ``~/clear_fault`` after the bus is back. Invalid parameters are reported the same
-way; the node then drives nothing. Stopping the node (Ctrl-C, SIGTERM) closes the CAN port
-and leaves the motors as they are: an enabled arm keeps holding its last target.
+A PIPER that does not answer at start (no power, no CAN interface) does not stop the node: it
+reports the reason once and retries after ``reconnect_period_s``, doubling up to
+``reconnect_max_period_s``. Lost feedback later on is a latched FAULT (hold); the node reopens
+the CAN port at once and then with the same back-off (a bus that died under it, e.g. an
+unplugged adapter, comes back without a restart; a port that cannot be opened stays closed, so
+nothing spins on it), and ``~/clear_fault`` resumes once the feedback is back. piper_sdk's own
+log lines (one per failed frame on a dead bus) are captured, not printed: a summary line at
+most every 10 s, and ``sdk_log_lines`` / ``sdk_log_last`` on the arm diagnostic. Invalid
+parameters are reported the same way; the node then drives nothing. Stopping the node (Ctrl-C,
+SIGTERM) closes the CAN port and leaves the motors as they are: an enabled arm keeps holding
+its last target.
 """
 
 from __future__ import annotations
@@ -62,6 +86,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
@@ -70,6 +95,7 @@ from heisd_ros.nodes import driver_diagnostics as diag
 from heisd_ros.nodes._params import dataclass_from_parameters
 from heisd_ros.nodes._spin import spin_node
 from heisd_ros.nodes.driver_config import (
+    DRIVER_SAFETY_DEFAULTS,
     PiperDriverConfig,
     config_from_parameters,
     controller_config_from_parameters,
@@ -83,6 +109,7 @@ from heisd_ros.robot.controller import RobotController
 from heisd_ros.robot.emulated_piper import EmulatedPiper, EmulatedPiperConfig
 from heisd_ros.robot.gripper import GripperConfig, GripperStateMachine
 from heisd_ros.robot.piper import PiperConfig, PiperRobot
+from heisd_ros.robot.piper_sdk_log import capture_sdk_log
 from heisd_ros.robot.safety import SafetyConfig, SafetyFilter
 
 # PiperDriverConfig, SDK_ERRORS and SDK_ERROR_REPORT_S were defined here before the split into
@@ -90,6 +117,16 @@ from heisd_ros.robot.safety import SafetyConfig, SafetyFilter
 __all__ = ["SDK_ERRORS", "SDK_ERROR_REPORT_S", "PiperDriverConfig", "PiperDriverNode", "main"]
 
 RobotFactory = Callable[[PiperConfig], Robot]
+
+#: /heisd/ee_command: every delta, in order (reliable); never an old command to a late joiner
+#: (volatile); 10 = 0.5 s (max_command_age_s) at 20 Hz: deeper would only queue commands the
+#: age check refuses, and an overflow shows as a step_index gap (refused, re-anchored).
+COMMAND_QOS = QoSProfile(
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+    history=HistoryPolicy.KEEP_LAST,
+    depth=10,
+)
 
 
 class PiperDriverNode(Node):
@@ -137,7 +174,10 @@ class PiperDriverNode(Node):
             can_channel=cfg.can_channel,
             interface=cfg.interface,
             reconnect_period_s=cfg.reconnect_period_s,
+            reconnect_max_period_s=cfg.reconnect_max_period_s,
             enable_on_start=cfg.enable_on_start,
+            stamp_clock=lambda: self.get_clock().now().nanoseconds * 1e-9,
+            sdk_log=capture_sdk_log(),
         )
         # The controller and the robot's command side are touched from one group only; the
         # feedback side (observe + publish) runs beside it so holding never delays /joint_states.
@@ -150,7 +190,7 @@ class PiperDriverNode(Node):
             EECommandMsg,
             "/heisd/ee_command",
             self._on_command,
-            10,
+            COMMAND_QOS,
             callback_group=self._control_group,
         )
         for name, answer in (
@@ -188,7 +228,9 @@ class PiperDriverNode(Node):
             interface=cfg.interface,
             enable_on_connect=False,  # the node enables after connecting (enable_on_start)
         )
-        safety = config_from_parameters(self, SafetyConfig, "safety", frame_id=cfg.frame_id)
+        safety = config_from_parameters(
+            self, SafetyConfig, "safety", defaults=DRIVER_SAFETY_DEFAULTS, frame_id=cfg.frame_id
+        )
         gripper = dataclass_from_parameters(self, GripperConfig, "gripper")
         controller = controller_config_from_parameters(self)
         if cfg.emulate:

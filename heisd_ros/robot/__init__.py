@@ -4,14 +4,17 @@ Pure parts (importable without piper_sdk or python-can):
 
 - :mod:`.base`: :class:`EECommand` (mirrors ``msg/EECommand.msg``), :class:`EETarget`,
   :class:`RobotState`, :class:`RobotFault`, the abstract :class:`Robot`.
+- :mod:`.command_stream`: step-index continuity (lost commands, a sender starting over) and
+  command stamp age.
 - :mod:`.safety`: :class:`SafetyFilter` (delta -> safe absolute target, workspace box, step
-  limits, watchdog).
+  and speed limits, lost-command re-anchoring, watchdog).
 - :mod:`.gripper`: :class:`GripperStateMachine` (strict binary gripper, hysteresis, arm wait).
 - :mod:`.controller`: :class:`RobotController` composing the three for a driver node.
 
 Hardware parts (import them from their modules; they need piper_sdk / python-can):
 
-- :mod:`.piper`: ``PiperRobot`` on ``piper_sdk.C_PiperInterface_V2``.
+- :mod:`.piper`: ``PiperRobot`` on ``piper_sdk.C_PiperInterface_V2``; :mod:`.piper_sdk_log`
+  captures the SDK's log lines.
 - :mod:`.emulated_piper`: ``EmulatedPiper``, the arm's CAN side for tests and dry runs.
 """
 

@@ -323,6 +323,16 @@ class Robot(ABC):
     def is_connected(self) -> bool:
         """True between connect() and disconnect()."""
 
+    def reopen(self) -> None:
+        """Re-open a connection whose feedback stopped; raise RobotError when it fails.
+
+        A driver calls it with back-off while the arm is silent. This default disconnects
+        and connects again; backends that can reopen their transport without waiting for the
+        arm (:class:`~heisd_ros.robot.piper.PiperRobot`) override it.
+        """
+        self.disconnect()
+        self.connect()
+
     @abstractmethod
     def observe(self) -> RobotState:
         """Latest state in SI units, with faults."""

@@ -2,8 +2,15 @@
 
 This is what the PIPER driver node calls (and what the sim node can call): ``step()`` for each
 incoming :class:`~heisd_ros.robot.base.EECommand`, ``tick()`` from a timer (watchdog, gripper
-progress, fault detection). Every call returns a :class:`StepResult` the node turns into
-status fields and log lines; nothing here raises for arm faults or a lost bus.
+progress, fault detection, releasing speed-limited motion). Every call returns a
+:class:`StepResult` the node turns into status fields and log lines; nothing here raises for
+arm faults or a lost bus.
+
+A command runs only when it is admitted by the safety filter (no duplicate, no lost commands
+before it, finite, in the right frame; see :mod:`heisd_ros.robot.safety`) and, when
+``ControllerConfig.max_command_age_s`` is set, when its stamp is fresh
+(:func:`heisd_ros.robot.command_stream.stamp_problem`); both checks come before the gripper
+sees the command.
 
 Status machine::
 
@@ -26,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from heisd_ros.robot.base import EECommand, EETarget, GripperState, Robot, RobotFault, RobotState
+from heisd_ros.robot.command_stream import stamp_problem
 from heisd_ros.robot.gripper import GripperPhase, GripperStateMachine
 from heisd_ros.robot.safety import SafetyFilter
 
@@ -51,17 +59,26 @@ class ControllerConfig:
             last commanded position (the arm is not following: blocked, or commands outrun
             it); None disables the check. The arm is then told to stay where it *is*, so a
             blocked arm stops pushing toward its old target.
+        max_command_age_s: refuse a command whose stamp (the observation it was decided on)
+            is older than this on the caller's clock, s; a zero stamp (no stamp) is refused
+            too. None disables the check (the library default: the sim node's commands are
+            stamped in sim time); the PIPER driver sets it, and then every ``step()`` needs
+            ``clock_s``.
+        max_command_future_s: tolerated clock skew: refuse a stamp further ahead than this, s.
     """
 
     max_tracking_error_m: float | None = 0.10
+    max_command_age_s: float | None = None
+    max_command_future_s: float = 0.1
 
     def __post_init__(self) -> None:
-        if self.max_tracking_error_m is not None and not (
-            math.isfinite(self.max_tracking_error_m) and self.max_tracking_error_m > 0
-        ):
+        for name in ("max_tracking_error_m", "max_command_age_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}: expected a value > 0 or None, got {value!r}")
+        if not (math.isfinite(self.max_command_future_s) and self.max_command_future_s >= 0):
             raise ValueError(
-                "max_tracking_error_m: expected metres > 0 or None, "
-                f"got {self.max_tracking_error_m!r}"
+                f"max_command_future_s: expected seconds >= 0, got {self.max_command_future_s!r}"
             )
 
 
@@ -74,7 +91,10 @@ class StepResult:
         sent: the target sent to the robot by this call (None when nothing new was sent).
         held: True when the robot was told to hold.
         rejected_reason: why the command's arm part was not executed ("" when it was, or for ticks).
-        clamped: limits the safety filter applied to the executed command.
+        clamped: limits that dropped part of the executed command (step, speed lead, box).
+        lost: commands lost in transport before this one (its step_index jumped by 1 + lost).
+        reanchored: the target was re-anchored to the measured pose (lost commands, or a
+            sender that started a new stream).
         gripper: commanded gripper state; gripper_phase: idle or moving.
         faults: faults behind a FAULT status (robot faults, or none for a tracking error).
         detail: human-readable explanation for logs.
@@ -86,6 +106,8 @@ class StepResult:
     held: bool = False
     rejected_reason: str = ""
     clamped: tuple[str, ...] = ()
+    lost: int = 0
+    reanchored: bool = False
     gripper: GripperState = GripperState.OPEN
     gripper_phase: GripperPhase = GripperPhase.IDLE
     faults: frozenset[RobotFault] = frozenset()
@@ -154,39 +176,64 @@ class RobotController:
         self._status = ControllerStatus.RUNNING if state.enabled else ControllerStatus.DISABLED
 
     # --- per command ---------------------------------------------------------------------------
-    def step(self, command: EECommand, now_s: float) -> StepResult:
-        """Execute one command (or refuse it with a reason)."""
+    def step(self, command: EECommand, now_s: float, clock_s: float | None = None) -> StepResult:
+        """Execute one command (or refuse it with a reason).
+
+        Args:
+            command: the command.
+            now_s: monotonic seconds (watchdog, speed limits).
+            clock_s: now on the clock of the command stamps (the node's ROS clock), s; needed
+                when ``config.max_command_age_s`` is set.
+        """
         if self._status == ControllerStatus.NOT_STARTED:
             raise RuntimeError("RobotController.step() before start()")
+        cfg = self.config
+        if cfg.max_command_age_s is not None and clock_s is None:
+            raise RuntimeError("RobotController.step(): max_command_age_s is set; pass clock_s")
         state, early = self._check(now_s)
         if early is not None:
             return self._with_reason(early, f"not executed: controller is {early.status.value}")
-        if self.gripper.should_hold_arm():
-            if command.is_finite:
-                self.safety.feed_watchdog(now_s)
+        admission = self.safety.admit(command, state.ee_target)
+        stream = {"lost": admission.lost, "reanchored": admission.reanchored}
+        reason = admission.reason
+        if not reason and cfg.max_command_age_s is not None:
+            reason = stamp_problem(
+                command.stamp_s, clock_s, cfg.max_command_age_s, cfg.max_command_future_s
+            )
+        if admission.reanchored and reason:
+            self.robot.act(self.safety.target)  # lost commands: stay where the arm is
+        elif reason:  # speed-limited motion already requested still runs out
             self.robot.hold()
-            return self._result(state, held=True, rejected_reason="arm waits for the gripper")
+        if reason:
+            return self._result(state, held=True, rejected_reason=reason, **stream)
+        if self.gripper.should_hold_arm():
+            self.safety.feed_watchdog(now_s)
+            self.robot.hold()
+            return self._result(
+                state, held=True, rejected_reason="arm waits for the gripper", **stream
+            )
 
         decision = self.gripper.command(
             command.gripper, command.gripper_from_target, now_s, command.source
         )
         if decision.changed:
             # The gripper moves first; this command's arm part is dropped, not deferred (the
-            # policy decides again from the observation after the grasp).
-            reference = self.safety.reference
-            target = EETarget(reference.position_m, reference.rpy_rad, decision.target_width_m)
+            # policy decides again from the observation after the grasp). The arm parks at
+            # the released target (motion not released yet is dropped too).
+            self.safety.stop(now_s)
+            parked = self.safety.target
+            target = EETarget(parked.position_m, parked.rpy_rad, decision.target_width_m)
             self.robot.act(target)
             self.safety.feed_watchdog(now_s)
             self._status = ControllerStatus.GRIPPER_WAIT
-            return self._result(state, sent=target, rejected_reason="arm waits for the gripper")
+            return self._result(
+                state, sent=target, rejected_reason="arm waits for the gripper", **stream
+            )
 
-        result = self.safety.filter(command, now_s)
-        if not result.accepted:
-            self.robot.hold()
-            return self._result(state, held=True, rejected_reason=result.reason)
+        result = self.safety.limit(command, now_s)
         self.robot.act(result.target)
         self._status = ControllerStatus.RUNNING
-        return self._result(state, sent=result.target, clamped=result.clamped)
+        return self._result(state, sent=result.target, clamped=result.clamped, **stream)
 
     def tick(self, now_s: float) -> StepResult:
         """Periodic work: faults, gripper progress, watchdog. Call at >= 10 Hz."""
@@ -196,19 +243,27 @@ class RobotController:
         if early is not None:
             return early
         if self._status == ControllerStatus.GRIPPER_WAIT:
-            self.robot.hold()
+            self._hold(now_s)
             return self._result(state, held=True)
         if self.safety.watchdog_expired(now_s):
             self._status = ControllerStatus.WATCHDOG_HOLD
-            self.robot.hold()
+            self._hold(now_s)
             return self._result(
                 state,
                 held=True,
                 detail=f"no accepted command for {self.safety.config.watchdog_timeout_s} s",
             )
-        return self._result(state)
+        target = self.safety.release(now_s)  # speed-limited motion still on its way
+        if target is not None:
+            self.robot.act(target)
+        return self._result(state, sent=target)
 
     # --- shared checks -------------------------------------------------------------------------
+    def _hold(self, now_s: float) -> None:
+        """Stay at the released target; motion not released yet is dropped."""
+        self.safety.stop(now_s)
+        self.robot.hold()
+
     def _check(self, now_s: float) -> tuple[RobotState, StepResult | None]:
         """Observe and update the status; returns an early result when no motion may happen."""
         state = self.robot.observe()
@@ -251,10 +306,10 @@ class RobotController:
 
     def _check_tracking(self, state: RobotState) -> None:
         limit = self.config.max_tracking_error_m
-        reference = self.safety.reference
-        if limit is None or reference is None:
+        released = self.safety.target
+        if limit is None or released is None:
             return
-        error = float(np.linalg.norm(state.ee_position_m - reference.position_m))
+        error = float(np.linalg.norm(state.ee_position_m - released.position_m))
         if error > limit:
             self.robot.act(state.ee_target)  # later holds re-send this, not the old target
             self._status = ControllerStatus.FAULT

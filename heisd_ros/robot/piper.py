@@ -11,6 +11,12 @@ In tests the same class runs against :class:`~heisd_ros.robot.emulated_piper.Emu
 ``interface="virtual"``. piper_sdk keeps one interface object per channel name for the whole
 process, so use one channel name per arm (and per test).
 
+A bus that dies under the driver (CAN adapter unplugged, interface deleted) is neither noticed
+nor reopened by piper_sdk: its reader thread spins on the dead socket and every frame sent logs
+an error. :meth:`PiperRobot.reopen` closes the port (stopping that thread) and opens it again
+without waiting for the arm; the driver calls it with back-off while feedback is missing.
+piper_sdk's log lines go to :mod:`heisd_ros.robot.piper_sdk_log` (counted, not printed).
+
 Commands follow AgileX's own ROS driver (agilexrobotics/Piper_ros ``piper_ctrl_single_node.py``):
 ``MotionCtrl_2(0x01 CAN control, 0x00 MOVE P, speed %)`` then ``EndPoseCtrl`` in 0.001 mm /
 0.001 deg; ``GripperCtrl(opening 0.001 mm, effort 0.001 N*m, 0x01 enable, 0)``; enabling
@@ -38,6 +44,7 @@ from heisd_ros.robot.base import (
     RobotState,
 )
 from heisd_ros.robot.piper_kinematics import GRIPPER_RANGE_M
+from heisd_ros.robot.piper_sdk_log import capture_sdk_log
 from heisd_ros.robot.poses import wrap_angle
 
 _MOVE_MODES = {"p": pc.MOVE_P, "l": pc.MOVE_L}
@@ -124,6 +131,7 @@ class PiperRobot(Robot):
         self._last_target: EETarget | None = None
         self._last_stamp = 0.0
         self._last_fresh = 0.0
+        self._port_error = ""  # why the CAN port is closed while connected ("" = open)
 
     # --- connection ----------------------------------------------------------------------------
     @property
@@ -136,33 +144,15 @@ class PiperRobot(Robot):
         if self._sdk is not None:
             return
         cfg = self.config
+        capture_sdk_log()  # before the SDK object exists: it logs from its constructor on
         sdk = C_PiperInterface_V2(
             can_name=cfg.can_channel,
             judge_flag=False,
             can_auto_init=False,
             dh_is_offset=cfg.dh_is_offset,
         )
-        hint = (
-            f"check that the arm is powered and the CAN adapter is up "
-            f"(`sudo ip link set {cfg.can_channel} up type can bitrate 1000000`)"
-        )
-        try:
-            sdk.CreateCanBus(
-                cfg.can_channel,
-                bustype=cfg.interface,
-                judge_flag=cfg.check_can_port and cfg.interface == "socketcan",
-            )
-        except ConnectionError as exc:
-            raise RobotError(
-                f"cannot open CAN '{cfg.can_channel}' ({cfg.interface}): {exc}; {hint}"
-            ) from exc
-        # piper_sdk swallows python-can's open error (C_STD_CAN.Init) and leaves no bus behind.
-        can_port = sdk.GetCanBus()
-        if (
-            getattr(can_port, "recv_bus", None) is None
-            or getattr(can_port, "send_bus", None) is None
-        ):
-            raise RobotError(f"cannot open CAN '{cfg.can_channel}' ({cfg.interface}); {hint}")
+        hint = self._hint()
+        self._open_port(sdk)
         # Wait for fresh joint feedback and for the motor frames (enable bits, 0x261-0x266) so
         # the first observe() is complete. Stamps may be non-zero from an earlier connection:
         # piper_sdk keeps one interface object per channel.
@@ -182,11 +172,70 @@ class PiperRobot(Robot):
                 )
             time.sleep(0.01)
         self._sdk = sdk
+        self._port_error = ""
         self._last_stamp = sdk.GetArmJointMsgs().time_stamp
         self._last_fresh = time.monotonic()
         self._last_target = None
         if cfg.enable_on_connect:
             self.enable()
+
+    def reopen(self) -> None:
+        """Close the CAN port and open it again, without waiting for the arm.
+
+        For a bus that died under the driver: closing stops piper_sdk's reader thread (which
+        spins on a dead socket), opening creates fresh python-can buses and restarts it. The
+        last target is kept (holds re-send it once frames flow); feedback and observe()'s
+        faults tell whether the arm answers.
+
+        Raises:
+            RobotError: the interface cannot be opened. The port stays closed: hold() sends
+                nothing, act() raises, observe() reports CAN_LOST with the reason. Call again
+                later.
+        """
+        sdk = self._require()
+        with self._tx_lock:
+            sdk.DisconnectPort()
+            self._port_error = "CAN port closed for reopening"
+            try:
+                self._open_port(sdk)
+            except RobotError as exc:
+                self._port_error = str(exc)
+                raise
+            sdk.ConnectPort()
+            self._port_error = ""
+
+    def _open_port(self, sdk: C_PiperInterface_V2) -> None:
+        """Create python-can buses for ``sdk``; RobotError with the SDK's reason when it fails."""
+        cfg = self.config
+        try:
+            sdk.CreateCanBus(
+                cfg.can_channel,
+                bustype=cfg.interface,
+                judge_flag=cfg.check_can_port and cfg.interface == "socketcan",
+            )
+        except ConnectionError as exc:
+            # CreateCanBus raises from inside its own `except`: the context is the cause
+            # (e.g. "CAN socket can0 does not exist.").
+            cause = exc.__context__ or exc
+            raise RobotError(
+                f"cannot open CAN '{cfg.can_channel}' ({cfg.interface}): {cause}; {self._hint()}"
+            ) from exc
+        # piper_sdk swallows python-can's open error (C_STD_CAN.Init) and leaves no bus behind.
+        can_port = sdk.GetCanBus()
+        if (
+            getattr(can_port, "recv_bus", None) is None
+            or getattr(can_port, "send_bus", None) is None
+        ):
+            raise RobotError(
+                f"cannot open CAN '{cfg.can_channel}' ({cfg.interface}); {self._hint()}"
+            )
+
+    def _hint(self) -> str:
+        channel = self.config.can_channel
+        return (
+            f"check that the arm is powered and the CAN adapter is up "
+            f"(`sudo ip link set {channel} up type can bitrate 1000000`)"
+        )
 
     def disconnect(self) -> None:
         """Stop piper_sdk's reader and close the port (motors keep their state)."""
@@ -219,7 +268,10 @@ class PiperRobot(Robot):
             self._last_stamp, self._last_fresh = joints_msg.time_stamp, now
         faults: set[RobotFault] = set()
         details: list[str] = []
-        if not sdk.isOk():
+        if self._port_error:
+            faults.add(RobotFault.CAN_LOST)
+            details.append(self._port_error)
+        elif not sdk.isOk():
             faults.add(RobotFault.CAN_LOST)
             details.append(
                 f"no CAN feedback on '{self.config.can_channel}' (piper_sdk isOk() is False)"
@@ -256,6 +308,8 @@ class PiperRobot(Robot):
         """MotionCtrl_2 + EndPoseCtrl to ``target``; GripperCtrl when it carries a width."""
         sdk = self._require()
         with self._tx_lock:
+            if self._port_error:
+                raise RobotError(f"not sent: {self._port_error}")
             self._send_pose(sdk, target)
             if target.gripper_width_m is not None:
                 self._send_gripper(sdk, target.gripper_width_m, pc.GRIPPER_CODE_ENABLE)
@@ -267,6 +321,8 @@ class PiperRobot(Robot):
         if self._last_target is None:
             return  # nothing commanded yet: the arm rests under its own controller
         with self._tx_lock:
+            if self._port_error:
+                return  # no port to send on; the arm keeps its own last target
             self._send_pose(sdk, self._last_target)
 
     @property
