@@ -44,7 +44,7 @@ class InputGateConfig:
     """
 
     pair_tolerance_s: float = 0.05
-    max_age_s: float = 0.5
+    max_age_s: float = 0.3
     max_future_s: float = 0.05
     max_state_skew_s: float = 0.5
     require_same_size: bool = True
