@@ -220,6 +220,9 @@ RIG_PARAMS = {
     "gripper.closed_width_m": CLOSED_M,
     # Commands are paced by the driver's processing, not by the arm's motion.
     "controller.max_tracking_error_m": 0.0,
+    # The age rule has its own test (test_driver_command_stream): a loaded machine that is
+    # slow to hand a command over must not turn the other tests' commands stale.
+    "controller.max_command_age_s": 30.0,
     "emulator.initial_joints_rad": list(JOINTS),
     "emulator.initial_gripper_width_m": OPEN_M,
     "emulator.gripper_speed_m_s": 0.2,

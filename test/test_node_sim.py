@@ -100,7 +100,7 @@ def test_gripper_changes_only_on_target_commands(graph):
     assert sim._state.gripper_width_m > 0.06
     assert sim._controller.gripper.state.name == "OPEN"
     for i in range(2):  # hysteresis: two target-produced commands in a row
-        pub.publish(command(20 + i, gripper=1, from_target=True))
+        pub.publish(command(13 + i, gripper=1, from_target=True))  # contiguous: no gap
         assert spin_until(executor, lambda i=i: sim.steps_run == start + 4 + i)
     assert sim._controller.gripper.state.name == "CLOSED"
 
