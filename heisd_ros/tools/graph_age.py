@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     policy_limit = yaml.safe_load(policy_params.read_text())["/**"]["ros__parameters"][
         "max_command_age_s"]
     driver_cfg = yaml.safe_load(driver_params.read_text())["/**"]["ros__parameters"]
-    driver_limit = driver_cfg.get("max_command_age_s")
+    driver_limit = driver_cfg.get("controller", {}).get("max_command_age_s")
     ages_ms = np.array(ages_s) * 1e3
     report = {
         "duration_s": args.duration_s, "camera_hz": args.camera_hz, "method": args.method,
@@ -166,6 +166,8 @@ def main(argv=None) -> int:
         "over_policy_limit": int((ages_ms > policy_limit * 1e3).sum()),
         "over_driver_limit": None if driver_limit is None
         else int((ages_ms > driver_limit * 1e3).sum()),
+        "driver": {k: v for k, v in diagnostics.get("piper_driver_node: controller", {}).items()
+                   if k.startswith("commands_") or k == "last_rejected_reason"},
         "policy_refusals": {k: v for k, v in diagnostics.get("policy_node: policy", {}).items()
                             if k.startswith("refused[")},
         "diagnostics": diagnostics,
