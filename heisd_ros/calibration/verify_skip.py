@@ -1,6 +1,6 @@
 """Offline calibration of the verify-skip threshold and the router's switching threshold.
 
-HeiSD component 2 (ours, HEISD_METHOD.md): on held-out demonstrations (not in the DB), each
+HeiSD verify-skip (docs/METHOD.md, component 3): on held-out demonstrations (not in the DB), each
 step queries the DB (top-1) and the target verifies that candidate in one forward. Then
 
 - ``skip_threshold``: the lowest retrieval similarity s such that, among held-out steps with

@@ -1,6 +1,6 @@
 """Retrieval embeddings, the model fingerprint, and building a DB from demonstrations.
 
-Embedding (ours, HEISD_METHOD.md component 1): the target VLA's pooled vision features of both
+Embedding (docs/METHOD.md, "Draft sources"): the target VLA's pooled vision features of both
 cameras, (n_cameras, D) -> concatenated (n_cameras * D,) -> L2-normalised float32. The
 serving path only needs :func:`embedding_from_features` (numpy); everything that runs the
 model (:func:`embed_observation`, :func:`model_fingerprint`, :func:`build_database`) imports
