@@ -130,11 +130,11 @@ def test_arguments_become_the_right_parameters():
         graph.launch_overrides({"modle": "x"})
 
 
-def test_method_names_are_the_hybrid_decoders():
-    """graph.METHODS mirrors hybrid.METHODS (graph must not import torch for the launch)."""
-    from heisd_ros.decoding.hybrid import METHODS
+def test_method_names_are_the_method_table():
+    """graph.METHODS is the method table's (test_method_table.py checks every front end)."""
+    from heisd_ros.decoding.methods import METHOD_NAMES
 
-    assert graph.METHODS == tuple(METHODS)
+    assert graph.METHODS == METHOD_NAMES
     assert graph.LAUNCH_ARGUMENTS["method"] == ""  # "" = the YAML's, which is heisd
     policy = yaml.safe_load((REPO / "config" / "policy_node.yaml").read_text())
     assert policy["policy_node"]["ros__parameters"]["method"] == "heisd"

@@ -52,7 +52,7 @@ def test_bench_decode_and_profile_on_openvla(checkpoint, tmp_path):
     args.openvla_options = OPTIONS
     modes = bench.run_decode(args)["modes"]
     assert modes["ar"]["target_forwards_per_action"] == 7
-    assert modes["drafter-exact"]["agreement_with_ar"]["exact_token_rate"] == 1.0  # lossless
+    assert modes["drafter"]["agreement_with_ar"]["exact_token_rate"] == 1.0  # lossless
     args = bench.parse_args(["profile", "--model", "openvla", "--checkpoint", str(checkpoint),
                              "--unnorm-key", KEY, "--repeats", "1"])
     args.openvla_options = OPTIONS

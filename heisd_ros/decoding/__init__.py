@@ -7,6 +7,8 @@
 - ``decoder``: :class:`ActionDecoder` (AR baseline or speculative with any source).
 - ``drafter_source``: the EAGLE-2 dynamic-tree drafter; ``retrieval_tree``: group trees.
 - ``retrieval_source``: :class:`RetrievalSource`, group-tree drafts from a retrieval client.
+- ``methods``: the table of decoding methods by name (pure data; every front end reads it);
+  ``builder``: ``build_decoder(method, resources)``, the one builder every front end calls.
 - ``hybrid``: :class:`HybridDecoder` (router, verify-skip, sequence-wise acceptance, fallbacks)
   and ``build_hybrid_decoder(method, target, ...)``.
 - ``stats``: :class:`StepStats` counters and the stage clock; ``bench_runner``: heisd-bench.

@@ -15,7 +15,8 @@ Per control step (one 7-token action):
    forward (a fully accepted draft costs one target forward), later rounds are drafted by the
    draft head; drafter steps use the drafter alone.
 
-Methods (the paper's ablation ladder, HEISD_METHOD.md): ``ar``; ``drafter`` (exact);
+Methods (the paper's ablation ladder, HEISD_METHOD.md; the table is
+``heisd_ros.decoding.methods.METHODS``): ``ar``; ``drafter`` (exact);
 ``drafter_relaxed`` (Spec-VLA radius); ``retrieval`` (pure retrieval SD, exact: the same
 candidates draft every round, no draft head; a failed query -> AR); ``router_only``;
 ``router_skip`` (+ verify-skip); ``heisd`` (+ sequence-wise group acceptance of retrieval
@@ -47,6 +48,7 @@ from heisd_ros.decoding.acceptance import AcceptanceRule, RelaxedRule, VerifyVie
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
+from heisd_ros.decoding.methods import METHODS, Switches
 from heisd_ros.decoding.retrieval_source import (
     RetrievalOutcome,
     RetrievalSource,
@@ -67,30 +69,6 @@ GRIPPER_DIM = ACTION_DIM - 1
 # HybridStep.msg constants.
 ROUTER_DRAFTER, ROUTER_RETRIEVAL, ROUTER_OFF = 0, 1, 2
 DRAFT_NONE, DRAFT_DRAFTER, DRAFT_RETRIEVAL = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class Switches:
-    """Which components a method uses."""
-
-    drafter: bool
-    retrieval: bool
-    router: bool
-    verify_skip: bool
-    sequence_wise: bool
-    drafter_relaxed: bool
-
-
-METHODS: dict[str, Switches] = {
-    "ar": Switches(False, False, False, False, False, False),
-    "drafter": Switches(True, False, False, False, False, False),
-    "drafter_relaxed": Switches(True, False, False, False, False, True),
-    "retrieval": Switches(False, True, False, False, False, False),
-    "router_only": Switches(True, True, True, False, False, False),
-    "router_skip": Switches(True, True, True, True, False, False),
-    "heisd": Switches(True, True, True, True, True, False),
-    "heisd_ar": Switches(False, True, True, True, True, False),
-}
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,8 @@ def write_eval_report(out_dir, result: dict, runs: Sequence[EpisodeRun]) -> dict
              for n, s in overall.items()}, "success rate (95% Wilson)", "SR vs speed-up")]
     cfg = result["config"]
     sections = [("Setup", "\n".join(f"- {k}: {v}" for k, v in {
-        "target": result["target"], "drafter": result["drafter"], **cfg}.items()))]
+        "target": result["target"], "drafter": result["drafter"],
+        "drafter_untrained": result.get("drafter_untrained", False), **cfg}.items()))]
     for suite, summary in result["suites"].items():
         if suite == "all" and len(result["suites"]) == 2:
             continue  # one suite: "all" is the same table

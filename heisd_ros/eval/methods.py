@@ -1,24 +1,24 @@
-"""Decoding methods by name: a registry of factories, and the per-step record every tool keeps.
+"""Decoding methods by name for the tools: the context they load, and the per-step record.
 
-A factory takes a :class:`MethodContext` (the target VLA and whatever the method needs: draft
-head, retrieval DB, router calibration) and returns a decoder, i.e. anything with
-``decode(observation) -> ActionResult`` (optionally ``reset()`` at episode start). The
-built-in methods are AR and the drafter variants; the hybrid ones (retrieval, router, HeiSD)
-come from ``heisd_ros.decoding.hybrid``, imported only when such a method is asked for.
+The method table is :data:`heisd_ros.decoding.methods.METHODS` and the decoders come from
+:func:`heisd_ros.decoding.builder.build_decoder`; here the tools (heisd-eval, heisd-replay,
+heisd-record) load their resources into a :class:`MethodContext` (:func:`make_context`) and
+:func:`build_method` hands them to the builder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-#: The Spec-VLA relaxed rule's default radius in bins per dimension (gripper exact).
-DEFAULT_RELAXED_RADIUS_BINS = (9, 9, 9, 9, 9, 9, 0)
-#: Methods whose decoder is built by ``heisd_ros.decoding.hybrid.HybridDecoder``.
-HYBRID_METHODS = ("retrieval", "router_only", "router_skip", "heisd", "heisd_ar")
+from heisd_ros.decoding.builder import DEFAULT_RELAXED_RADIUS_BINS
+from heisd_ros.decoding.methods import HYBRID_METHODS, METHODS, needs_head
+
+__all__ = ["DEFAULT_RELAXED_RADIUS_BINS", "HYBRID_METHODS", "METHODS", "MethodContext",
+           "build_method", "check_methods", "context_from_args", "make_context", "router_stats_for"]
 
 
 @dataclass
@@ -71,62 +71,6 @@ class MethodContext:
         return value
 
 
-MethodFactory = Callable[[MethodContext], Any]
-
-
-def _ar(ctx: MethodContext):
-    from heisd_ros.decoding.decoder import ActionDecoder
-
-    return ActionDecoder(ctx.target)
-
-
-def _drafter(relaxed: bool) -> MethodFactory:
-    def build(ctx: MethodContext):
-        from heisd_ros.decoding.acceptance import RelaxedRule, exact_rule
-        from heisd_ros.decoding.decoder import ActionDecoder
-        from heisd_ros.decoding.drafter_source import DrafterSource
-
-        name = "drafter_relaxed" if relaxed else "drafter"
-        source = DrafterSource(ctx.need("drafter", name), ctx.target, ctx.tree)
-        rule = RelaxedRule(tuple(ctx.relaxed_radius_bins)) if relaxed else exact_rule
-        return ActionDecoder(ctx.target, source, rule)
-
-    return build
-
-
-def _hybrid(method: str) -> MethodFactory:
-    def build(ctx: MethodContext):
-        try:
-            from heisd_ros.decoding import hybrid
-        except ImportError as err:
-            raise ValueError(f"methods: {method!r} needs heisd_ros.decoding.hybrid, which is "
-                             f"not available ({err})") from err
-        from heisd_ros.decoding.drafter_source import DraftTreeConfig
-
-        in_process = type(ctx.db).__name__ == "StoreConfig"
-        if in_process and ctx.opened_store is None:
-            # One embedded store per process, shared by every method's decoder (each keeps
-            # its own Retriever and episode memory); it is opened and warmed up once.
-            ctx.opened_store = hybrid.open_warm_store(ctx.db, ctx.target, ctx.tasks or None)
-        config = hybrid.HybridConfig(method=method,
-                                     relaxed_radius_bins=tuple(ctx.relaxed_radius_bins),
-                                     drafter_tree=ctx.tree or DraftTreeConfig())
-        if ctx.retrieval_tree is not None:
-            config = replace(config, retrieval=replace(config.retrieval, tree=ctx.retrieval_tree))
-        return hybrid.build_hybrid_decoder(
-            method, ctx.target, draft_head=ctx.drafter,
-            retriever=None if in_process else ctx.db,
-            store=ctx.opened_store if in_process else None,
-            router_stats=ctx.router_stats, calibration=ctx.calibration, config=config)
-
-    return build
-
-
-METHODS: dict[str, MethodFactory] = {"ar": _ar, "drafter": _drafter(False),
-                                     "drafter_relaxed": _drafter(True),
-                                     **{m: _hybrid(m) for m in HYBRID_METHODS}}
-
-
 def check_methods(names) -> list[str]:
     """``names`` as a list, with "ar" first (the reference); ValueError listing valid names."""
     names = list(dict.fromkeys(names))
@@ -138,8 +82,23 @@ def check_methods(names) -> list[str]:
 
 def build_method(name: str, ctx: MethodContext):
     """The decoder of method ``name`` (ValueError listing the valid names if unknown)."""
+    from heisd_ros.decoding.builder import DecoderResources, build_decoder
+
     check_methods([name])
-    return METHODS[name](ctx)
+    store = None
+    if METHODS[name].hybrid and type(ctx.db).__name__ == "StoreConfig":
+        if ctx.opened_store is None:
+            from heisd_ros.decoding.hybrid import open_warm_store
+
+            # One embedded store per process, shared by every method's decoder (each keeps
+            # its own Retriever and episode memory); it is opened and warmed up once.
+            ctx.opened_store = open_warm_store(ctx.db, ctx.target, ctx.tasks or None)
+        store = ctx.opened_store
+    return build_decoder(name, DecoderResources(
+        ctx.target, draft_head=ctx.drafter, retriever=None if store is not None else ctx.db,
+        store=store, router_stats=ctx.router_stats, calibration=ctx.calibration,
+        relaxed_radius_bins=tuple(ctx.relaxed_radius_bins), drafter_tree=ctx.tree,
+        retrieval_tree=ctx.retrieval_tree))
 
 
 #: HybridStep.msg router_mode constants -> names used in reports.
@@ -228,35 +187,31 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
                  relaxed_radius_bins=DEFAULT_RELAXED_RADIUS_BINS, db_path: str | None = None,
                  calibration: str | None = None, extra: dict | None = None,
                  gripper_switch_prob: str | float | None = None,
-                 retrieval_tree_nodes: int | None = None) -> tuple[MethodContext, dict]:
+                 retrieval_tree_nodes: int | None = None,
+                 warn=None) -> tuple[MethodContext, dict]:
     """(context, description) for the tools: the default target and, if needed, a drafter.
 
     The target is ``target_path``, else the shipped small VLA, else a seeded random init
-    (``heisd_ros.tools._common.load_target``). A drafter is loaded only when a method other
-    than AR is asked for; without ``drafter_path`` it is a seeded random-init draft head, and
-    the description says so. ``db_path`` is an embedded (edge) DB directory built by
-    ``heisd-build-db``; router statistics are set per suite with :func:`router_stats_for`.
+    (``heisd_ros.tools._common.load_target``). A draft head is loaded only when a method uses
+    one: ``drafter_path``, else the shipped head for the shipped small VLA, else a seeded
+    untrained head, with a warning (``warn``; default: a logging warning) and
+    ``description["drafter_untrained"]`` True
+    (``heisd_ros.models.draft_head_choice.choose_draft_head``). ``db_path`` is an embedded
+    (edge) DB directory built by ``heisd-build-db``; router statistics are set per suite with
+    :func:`router_stats_for`.
     ``gripper_switch_prob`` overrides the target's gripper decision rule (a probability, or
     "none" for plain greedy; None keeps the checkpoint's, see ``TargetVLA.greedy_bins``).
     ``retrieval_tree_nodes``: node budget of the hybrid methods' retrieval tree (None: default).
     """
+    from heisd_ros.models.draft_head_choice import choose_draft_head, target_file
     from heisd_ros.tools._common import load_target
 
     target, target_desc = load_target(target_path, seed, gripper_switch_prob=gripper_switch_prob)
-    drafter, drafter_desc = None, None
-    if any(m != "ar" for m in methods):
-        import torch
-
-        from heisd_ros.models.checkpoint import load_draft_head
-        from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
-
-        if drafter_path:
-            drafter, drafter_desc = load_draft_head(drafter_path, target), str(drafter_path)
-        else:
-            with torch.random.fork_rng():
-                torch.manual_seed(seed)
-                drafter = DraftHead(DraftHeadConfig.for_target(target)).eval()
-            drafter_desc = f"random-init draft head (seed={seed}; pass --drafter for a trained one)"
+    drafter, drafter_desc, untrained = None, None, False
+    if needs_head(methods):
+        choice = choose_draft_head(target, target_file(target_path), drafter_path, seed,
+                                   warn or _warn_stderr)
+        drafter, drafter_desc, untrained = choice.head, choice.description, choice.untrained
     retrieval_tree = None
     if retrieval_tree_nodes is not None:
         from heisd_ros.decoding.retrieval_tree import GroupTreeConfig
@@ -278,8 +233,24 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ctx = MethodContext(target=target, drafter=drafter, db=db, calibration=calibration,
                         relaxed_radius_bins=tuple(relaxed_radius_bins), extra=dict(extra or {}),
                         retrieval_tree=retrieval_tree)
-    return ctx, {"target": target_desc, "drafter": drafter_desc, "db": db_path,
-                 "calibration": calibration}
+    return ctx, {"target": target_desc, "drafter": drafter_desc,
+                 "drafter_untrained": untrained, "db": db_path, "calibration": calibration}
+
+
+def _warn_stderr(message: str) -> None:
+    # Python's last-resort handler writes WARNING records to stderr when none is configured.
+    logging.getLogger("heisd_ros.eval").warning("WARNING: %s", message)
+
+
+def context_from_args(args, methods, warn=None) -> tuple[MethodContext, dict]:
+    """:func:`make_context` from the options of ``add_decoder_arguments`` (eval, replay, record).
+
+    ``--target`` unset: the shipped small VLA; ``--drafter`` unset: its shipped draft head.
+    """
+    return make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
+                        calibration=args.calibration,
+                        gripper_switch_prob=args.gripper_switch_prob,
+                        retrieval_tree_nodes=args.retrieval_tree_nodes, warn=warn)
 
 
 def router_stats_for(suite: str | None, explicit: str | None, db_path: str | None) -> str | None:
@@ -287,12 +258,12 @@ def router_stats_for(suite: str | None, explicit: str | None, db_path: str | Non
 
     Returns None when neither exists (router methods then fail with a message naming it).
     """
-    from pathlib import Path
+    from heisd_ros.kinematics.router import router_stats_file
 
     if explicit:
         return explicit
     if db_path and suite:
-        path = Path(db_path) / f"router_stats_{suite}.json"
+        path = router_stats_file(db_path, suite)
         if path.is_file():
             return str(path)
     return None

@@ -150,7 +150,9 @@ def write_replay_report(out_dir, result: dict) -> dict[str, str]:
     sections = [
         ("Setup", f"- bag: `{result['bag']}` ({result['storage']}, {len(frames)} frames)\n"
                   f"- instruction: {result['instruction']!r}\n- target: {result['target']}\n"
-                  f"- drafter: {result['drafter']}\n- topics: {result['topics']}"),
+                  f"- drafter: {result['drafter']}\n"
+                  f"- drafter_untrained: {result.get('drafter_untrained', False)}\n"
+                  f"- topics: {result['topics']}"),
         ("Total (agreement and speed-up vs AR, measured on this machine)",
          report.markdown_table(header, rows)),
         ("Projection", report.projection_markdown(result["projection"])),

@@ -29,6 +29,8 @@ import numpy as np
 
 from heisd_ros.kinematics.geometry import window_metrics
 
+#: heisd-build-db writes one statistics file per suite in the DB directory, named so.
+ROUTER_STATS_PREFIX = "router_stats_"
 MODE_RETRIEVAL = "retrieval"
 MODE_DRAFTER = "drafter"
 _MIN_WINDOW = 3  # a circle needs three points
@@ -206,3 +208,17 @@ class KinematicRouter:
         """
         pts = np.asarray(trajectory_m, dtype=np.float64).reshape(-1, 3)
         return np.array([self.decide(pts[:t + 1]).fused for t in range(len(pts))])
+
+
+def router_stats_file(db_dir: str | Path, suite: str) -> Path:
+    """Where heisd-build-db writes (and every front end looks for) ``suite``'s statistics."""
+    return Path(db_dir) / f"{ROUTER_STATS_PREFIX}{suite}.json"
+
+
+def router_stats_files(db_dir: str | Path | None) -> dict[str, Path]:
+    """``{suite: path}`` of the statistics files in ``db_dir`` (empty: none, or no directory)."""
+    root = Path(db_dir) if db_dir else None
+    if root is None or not root.is_dir():
+        return {}
+    return {p.name[len(ROUTER_STATS_PREFIX):-len(".json")]: p
+            for p in sorted(root.glob(f"{ROUTER_STATS_PREFIX}*.json")) if p.is_file()}

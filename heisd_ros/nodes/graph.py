@@ -36,10 +36,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The policy's decoder names: ``heisd_ros.decoding.hybrid.METHODS`` (test/test_bringup.py
-#: keeps the two equal; importing it here would load torch into every ``ros2 launch``).
-METHODS: tuple[str, ...] = ("ar", "drafter", "drafter_relaxed", "retrieval", "router_only",
-                            "router_skip", "heisd", "heisd_ar")
+from heisd_ros.decoding.methods import METHOD_NAMES
+
+#: The policy's decoder names: the method table's (pure data: no torch in ``ros2 launch``).
+METHODS: tuple[str, ...] = METHOD_NAMES
 #: Launch arguments and their defaults (strings, as launch passes them).
 LAUNCH_ARGUMENTS: dict[str, str] = {
     "sim": "true", "method": "", "model": "", "db": "", "can_port": "can0", "task": "",

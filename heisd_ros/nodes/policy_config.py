@@ -18,10 +18,9 @@ class PolicyNodeConfig:
     """Settings of the policy node (inputs have ``input.*``, models ``model.*``).
 
     Attributes:
-        method: decoder: "heisd" (the full method), "ar", "drafter", or another hybrid
-            method ("retrieval", "router_only", "router_skip", "drafter_relaxed", "heisd_ar":
-            HeiSD with AR in place of the draft head). Router methods without router
-            statistics (``model.db_dir``) run as drafter SD.
+        method: decoder, a name of ``heisd_ros.decoding.methods.METHODS`` ("heisd", the
+            full method, by default). Router methods without router statistics
+            (``model.db_dir``) run as drafter SD.
         image_transport: "raw" (sensor_msgs/Image) or "compressed" (CompressedImage on
             ``<topic>/compressed``).
         third_person_topic, wrist_topic: camera topics.

@@ -1,11 +1,14 @@
 """Decoders by method name for the policy node: one ``decode(observation)`` seam for all.
 
-``ar`` and ``drafter`` are :class:`heisd_ros.decoding.decoder.ActionDecoder` (AR greedy, and
-EAGLE-2 drafts with exact acceptance); every other name of
-``heisd_ros.decoding.hybrid.METHODS`` (``retrieval``, ``router_only``, ``router_skip``,
-``heisd``, ``drafter_relaxed``) is the :class:`~heisd_ros.decoding.hybrid.HybridDecoder`,
-imported only when asked for. Both come back as a :class:`DecodedStep` with the EECommand
-source, the strict-gripper flag and the ``HybridStep`` fields, so the node has one path.
+The node loads its resources (``model.*`` files, the retrieval client) and calls
+:func:`heisd_ros.decoding.builder.build_decoder`, the builder every tool uses, for a method of
+the table ``heisd_ros.decoding.methods.METHODS``. ``ar``, ``drafter`` and
+``drafter_relaxed`` are :class:`heisd_ros.decoding.decoder.ActionDecoder` behind
+:class:`BasicDecoder`; the hybrid methods (``retrieval``, ``router_only``, ``router_skip``,
+``heisd``, ``heisd_ar``) are the :class:`~heisd_ros.decoding.hybrid.HybridDecoder` behind
+:class:`HybridAdapter` (router methods: :class:`RoutedHybrid`). All come back as a
+:class:`DecodedStep` with the EECommand source, the strict-gripper flag and the
+``HybridStep`` fields, so the node has one path.
 
 Strict gripper: ``gripper_from_target`` is True when the target VLA produced the gripper
 token, which holds for AR, for exact drafts and for every verified hybrid step (the hybrid's
@@ -17,7 +20,8 @@ Which files (``model.*``):
 - draft head: ``drafter_path``, else the shipped head (``heisd_ros/assets/
   draft_head.safetensors``) when the target is the VLA it was trained for (the shipped small
   VLA), else a seeded untrained head (exact, no speed-up; a warning says so). A head whose
-  card names another target file (sha256) than the loaded one is refused.
+  card names another target file (sha256) than the loaded one is refused. The rule is
+  ``heisd_ros.models.draft_head_choice``'s, which the tools share.
 - router statistics and calibration: the explicit ``router_stats_path`` /
   ``calibration_path`` (a file that cannot be read fails the configure step), else from
   ``db_dir`` (the DB directory, launch argument ``db``): ``router_stats_<suite>.json`` of the
@@ -29,10 +33,8 @@ Which files (``model.*``):
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,16 +42,17 @@ from typing import Any
 
 import numpy as np
 
+from heisd_ros.kinematics.router import ROUTER_STATS_PREFIX, router_stats_files
+from heisd_ros.models import draft_head_choice as head_choice
+from heisd_ros.models.draft_head_choice import (  # noqa: F401  (the node's names for them)
+    SHIPPED_DRAFT_HEAD,
+    draft_head_fingerprint,
+    draft_head_target,
+)
 from heisd_ros.robot.base import CommandSource
-from heisd_ros.tools._common import DEFAULT_TARGET_PATH, file_digest
 
-BASIC_METHODS = ("ar", "drafter")
-#: The draft head shipped with the small VLA (trained for ``DEFAULT_TARGET_PATH``).
-SHIPPED_DRAFT_HEAD = DEFAULT_TARGET_PATH.with_name("draft_head.safetensors")
 #: File names ``heisd-build-db`` / ``heisd-calibrate`` write in the DB directory.
-ROUTER_STATS_PREFIX, CALIBRATION_FILE = "router_stats_", "calibration.json"
-#: How heisd-train-drafter's card names its target: ``"<path> (sha256 <16 hex>)"``.
-_CARD_SHA = re.compile(r"\(sha256 ([0-9a-f]{8,64})\)")
+CALIBRATION_FILE = "calibration.json"
 _LOG = logging.getLogger("heisd_ros.policy")
 # HybridStep constants (msg/HybridStep.msg).
 ROUTER_OFF, DRAFT_NONE, DRAFT_DRAFTER, DRAFT_RETRIEVAL = 2, 0, 1, 2
@@ -313,70 +316,14 @@ def load_target(config: ModelConfig):
 
 def target_file(config: ModelConfig) -> Path | None:
     """The small-VLA file :func:`load_target` loads (None: a random initialisation)."""
-    if config.path:
-        return Path(config.path)
-    return DEFAULT_TARGET_PATH if DEFAULT_TARGET_PATH.is_file() else None
-
-
-def draft_head_target(path) -> tuple[str | None, str]:
-    """(sha256 prefix, description) of the target a draft head was trained for.
-
-    heisd-train-drafter records its target in the head's ``card`` metadata as
-    ``"<path> (sha256 <16 hex>)"``; (None, "") when the head does not say.
-    """
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            card = json.loads((handle.metadata() or {}).get("card", "{}"))
-    except (OSError, ValueError, SafetensorError):
-        return None, ""
-    text = str(card.get("target", "")) if isinstance(card, dict) else ""
-    match = _CARD_SHA.search(text)
-    return (match.group(1) if match else None), text
-
-
-def _same_sha(a: str, b: str) -> bool:
-    n = min(len(a), len(b))
-    return a[:n] == b[:n]
-
-
-def draft_head_fingerprint(path) -> str | None:
-    """The model fingerprint of the target a draft head was trained for (None: not recorded).
-
-    heisd-train-drafter records it as the card's ``target_fingerprint``; it names the target's
-    config and weights, so it survives a metadata-only change of the target file.
-    """
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            card = json.loads((handle.metadata() or {}).get("card", "{}"))
-    except (OSError, ValueError, SafetensorError):
-        return None
-    value = card.get("target_fingerprint") if isinstance(card, dict) else None
-    return str(value) if value else None
-
-
-def _trained_for(head_path, recorded_sha: str | None, sha: str | None, target) -> bool:
-    """Whether the head at ``head_path`` was trained for ``target`` (file sha or weights)."""
-    if sha is not None and recorded_sha is not None and _same_sha(recorded_sha, sha):
-        return True
-    fingerprint = draft_head_fingerprint(head_path)
-    if fingerprint is None:
-        return False
-    from heisd_ros.retrieval.embedding import model_fingerprint
-
-    return fingerprint == model_fingerprint(target)
+    return head_choice.target_file(config.path or None)
 
 
 def resolve_draft_head(config: ModelConfig, target, warn: Callable[[str], None] | None = None):
     """(draft head, description): ``drafter_path``, else the shipped head, else untrained.
 
-    The shipped head is taken when the target is the one it was trained for (the shipped
-    small VLA: the same file by sha256, or the same weights by model fingerprint, so a
-    metadata-only change such as the gripper rule keeps it); any other target gets a seeded
-    untrained head (exact, no speed-up) and a warning.
+    The rule is :func:`heisd_ros.models.draft_head_choice.choose_draft_head`'s (the tools
+    use it too); an untrained head comes with a warning.
 
     Raises:
         ValueError: ``drafter_path`` names a head trained for another target (neither its
@@ -384,53 +331,10 @@ def resolve_draft_head(config: ModelConfig, target, warn: Callable[[str], None] 
             fit the target.
         FileNotFoundError: ``drafter_path`` does not exist.
     """
-    from heisd_ros.models.checkpoint import load_draft_head
-
-    file = target_file(config)
-    sha = file_digest(file) if file is not None and file.is_file() else None
-    loaded = (f"{file} (sha256 {sha})" if sha
-              else f"a random-init small VLA (seed={config.random_seed})")
-    if config.drafter_path:
-        head = load_draft_head(config.drafter_path, target)
-        recorded, text = draft_head_target(config.drafter_path)
-        if recorded is None:
-            return head, f"draft head {config.drafter_path} (target not recorded, not checked)"
-        if not _trained_for(config.drafter_path, recorded, sha, target):
-            raise ValueError(f"model.drafter_path: {config.drafter_path} was trained for the "
-                             f"target {text}, but the loaded target is {loaded}; use a draft "
-                             f"head trained for this target (heisd-train-drafter --target ...) "
-                             f"or set model.path to the target it was trained for")
-        return head, f"draft head {config.drafter_path} (trained for this target)"
-    if SHIPPED_DRAFT_HEAD.is_file():
-        recorded, text = draft_head_target(SHIPPED_DRAFT_HEAD)
-        if _trained_for(SHIPPED_DRAFT_HEAD, recorded, sha, target) or (
-                recorded is None and file == DEFAULT_TARGET_PATH):
-            return (load_draft_head(SHIPPED_DRAFT_HEAD, target),
-                    f"shipped draft head {SHIPPED_DRAFT_HEAD}")
-        reason = (f"the shipped draft head is for the shipped small VLA "
-                  f"({text or DEFAULT_TARGET_PATH}), the target is {loaded}")
-    else:
-        reason = f"no shipped draft head at {SHIPPED_DRAFT_HEAD}"
-    import torch
-
-    from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
-
-    with torch.random.fork_rng():
-        torch.manual_seed(config.random_seed)
-        head = DraftHead(DraftHeadConfig.for_target(target))
-    description = (f"untrained draft head (seed={config.random_seed}): exact but no speed-up "
-                   f"({reason}); set model.drafter_path to one from heisd-train-drafter")
-    (warn or _warn)(description)
-    return head.to(dtype=target.language_model.dtype).eval(), description
-
-
-def router_stats_files(db_dir: str) -> dict[str, Path]:
-    """``{suite: path}`` of the ``router_stats_<suite>.json`` in ``db_dir`` (may be empty)."""
-    root = Path(db_dir) if db_dir else None
-    if root is None or not root.is_dir():
-        return {}
-    return {p.name[len(ROUTER_STATS_PREFIX):-len(".json")]: p
-            for p in sorted(root.glob(f"{ROUTER_STATS_PREFIX}*.json")) if p.is_file()}
+    choice = head_choice.choose_draft_head(
+        target, target_file(config), config.drafter_path, config.random_seed, warn or _warn,
+        option="model.drafter_path", target_option="model.path")
+    return choice.head, choice.description
 
 
 def suites_of_task(task: str) -> list[str]:
@@ -513,6 +417,8 @@ def build_decoder(method: str, target, config: ModelConfig, retrieval_client=Non
                   warn: Callable[[str], None] | None = None):
     """The decoder of ``method`` on ``target`` (a retrieval client for retrieval methods).
 
+    This loads the node's resources (draft head, calibration, router statistics per task) and
+    calls :func:`heisd_ros.decoding.builder.build_decoder`, the builder every tool uses.
     The result has ``description`` (what runs, with which files) and ``degraded`` ("" or
     why a router method runs as drafter SD). ``warn`` gets every warning (an untrained
     draft head, a degradation); default: the ``heisd_ros.policy`` Python logger.
@@ -520,48 +426,36 @@ def build_decoder(method: str, target, config: ModelConfig, retrieval_client=Non
     Raises:
         ValueError: unknown method (the valid names are listed), or a model file that does
             not fit (a draft head for another target, a calibration for another model);
-            FileNotFoundError: a missing explicit file; ImportError: the hybrid decoder is
-            not available in this installation.
+            FileNotFoundError: a missing explicit file.
     """
-    from heisd_ros.decoding.decoder import ActionDecoder
+    from heisd_ros.decoding import builder
+    from heisd_ros.decoding.methods import METHODS, check_method
 
-    if method == "ar":
-        return BasicDecoder(ActionDecoder(target), "ar: autoregressive greedy")
-    if method == "drafter":
-        from heisd_ros.decoding.drafter_source import DrafterSource
-
-        head, head_desc = resolve_draft_head(config, target, warn)
-        return BasicDecoder(ActionDecoder(target, DrafterSource(head, target)),
-                            f"drafter: {head_desc}")
-    try:
-        from heisd_ros.decoding import hybrid
-    except ImportError as exc:
-        raise ImportError(f"method {method!r} needs heisd_ros.decoding.hybrid, which does not "
-                          f"import here: {exc}; use one of {list(BASIC_METHODS)}") from exc
-    if method not in hybrid.METHODS:
-        raise ValueError(f"method: unknown method {method!r}; valid: "
-                         f"{sorted(set(BASIC_METHODS) | set(hybrid.METHODS))}")
-    from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
-
-    switches = hybrid.METHODS[method]
+    switches = METHODS[check_method(method)]
     head, head_desc = (resolve_draft_head(config, target, warn) if switches.drafter
                        else (None, "no draft head"))
-    hybrid_config = hybrid.HybridConfig(retrieval=RetrievalSourceConfig(
-        k=config.retrieval_k, deadline_s=config.retrieval_deadline_s))
+    if not switches.hybrid:
+        resources = builder.DecoderResources(target, draft_head=head)
+        return BasicDecoder(builder.build_decoder(method, resources),
+                            f"{method}: {head_desc}" if switches.drafter
+                            else "ar: autoregressive greedy")
+    from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
+
+    resources = builder.DecoderResources(
+        target, draft_head=head, retriever=retrieval_client,
+        retrieval=RetrievalSourceConfig(k=config.retrieval_k,
+                                        deadline_s=config.retrieval_deadline_s))
     if not switches.router:
-        calibration = load_calibration(resolve_calibration(replace(config, db_dir="")), target)
-        decoder = hybrid.build_hybrid_decoder(
-            method, target, draft_head=head, retriever=retrieval_client,
-            calibration=calibration, config=hybrid_config)
-        return HybridAdapter(decoder, f"{method}: {head_desc}")
+        resources.calibration = load_calibration(
+            resolve_calibration(replace(config, db_dir="")), target)
+        return HybridAdapter(builder.build_decoder(method, resources), f"{method}: {head_desc}")
     cal = resolve_calibration(config)
-    calibration = load_calibration(cal, target)
+    resources.calibration = load_calibration(cal, target)
 
     def make(router_stats: str | None):
-        return hybrid.build_hybrid_decoder(
-            method if router_stats else "drafter", target, draft_head=head,
-            retriever=retrieval_client, router_stats=router_stats, calibration=calibration,
-            config=hybrid_config)
+        if router_stats is None:
+            return builder.build_unrouted(method, resources)
+        return builder.build_decoder(method, replace(resources, router_stats=router_stats))
 
     routed = RoutedHybrid(method, make, lambda task: resolve_router_stats(config, task), warn,
                           f"{head_desc}; calibration: {cal.path or cal.note}")

@@ -30,7 +30,10 @@ def add_decoder_arguments(parser) -> None:
     ``--gripper-switch-prob``, ``--retrieval-tree-nodes``: see ``heisd_ros.eval.methods``.
     """
     parser.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped)")
-    parser.add_argument("--drafter", default=None, help="draft head safetensors")
+    parser.add_argument("--drafter", default=None,
+                        help="draft head safetensors (default: the shipped head with the "
+                             "shipped small VLA; any other target gets an untrained head, "
+                             "with a warning and drafter_untrained in the report)")
     parser.add_argument("--db", default=None,
                         help="embedded retrieval DB directory from heisd-build-db (hybrid methods)")
     parser.add_argument("--router-stats", default=None,

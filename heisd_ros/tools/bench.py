@@ -1,9 +1,10 @@
 r"""heisd-bench: measure decoding speed and fidelity side by side.
 
 Subcommands:
-    decode   AR, drafter-exact and drafter-relaxed on the same observations, interleaved,
-             after warm-up; prints a table and writes --json. With --db also the hybrid
-             methods (retrieval, router_only, router_skip, heisd) on demonstration steps.
+    decode   methods of the method table (--methods; default ar, drafter and
+             drafter_relaxed) on the same observations, interleaved, after warm-up; prints a
+             table and writes --json. With --db also the hybrid methods (retrieval,
+             router_only, router_skip, heisd) on demonstration steps.
     profile  the cost of each building block (vision, prefill, one decode forward, a tree
              forward, one draft-head forward) and the ratios the design relies on.
     retrieval  vector-store latency (median, p99; wall-clock and process CPU time) and
@@ -39,6 +40,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from heisd_ros.decoding.methods import HYBRID_METHODS, METHOD_NAMES
 from heisd_ros.tools._common import (
     add_model_arguments,
     int_vector,
@@ -68,45 +70,84 @@ def format_table(summary: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+#: ``decode``'s methods by default: the non-hybrid ones; with --db also the hybrid ones but
+#: ``heisd_ar`` (ask for it with --methods).
+DEFAULT_METHODS = tuple(m for m in METHOD_NAMES if m not in HYBRID_METHODS)
+DEFAULT_DB_METHODS = tuple(m for m in HYBRID_METHODS if m != "heisd_ar")
+
+
+def decode_methods(args) -> list[str]:
+    """``--methods`` checked against the method table, AR first (the reference).
+
+    Raises:
+        ValueError: an unknown name (the valid ones listed), or a hybrid method without --db.
+    """
+    from heisd_ros.decoding.methods import METHODS, check_method
+
+    if args.methods:
+        names = [m for m in args.methods.split(",") if m]
+    else:
+        names = list(DEFAULT_METHODS) + (list(DEFAULT_DB_METHODS) if args.db else [])
+    for name in names:
+        check_method(name, "--methods")
+        if METHODS[name].hybrid and not args.db:
+            raise ValueError(f"--methods: {name!r} queries a retrieval DB; pass --db")
+    return ["ar"] + [n for n in dict.fromkeys(names) if n != "ar"]
+
+
+def load_head(args, target):
+    """The draft head of ``--drafter``, else the shipped one for the shipped small VLA.
+
+    Anything else gets an untrained head, a warning on stderr, and ``untrained`` True in the
+    returned ``HeadChoice`` (``heisd_ros.models.draft_head_choice``).
+    """
+    from heisd_ros.models.draft_head_choice import choose_draft_head, target_file
+
+    path = target_file(args.target) if getattr(args, "model", "small") == "small" else None
+    return choose_draft_head(target, path, args.drafter, args.seed,
+                             lambda text: print(f"heisd-bench: WARNING: {text}",
+                                                file=sys.stderr))
+
+
 def run_decode(args) -> dict:
-    """The ``decode`` subcommand: AR, drafter-exact, drafter-relaxed; returns the JSON."""
+    """The ``decode`` subcommand: the methods side by side; returns the JSON."""
     import torch
 
-    from heisd_ros.decoding.acceptance import RelaxedRule, exact_rule
     from heisd_ros.decoding.bench_runner import run_interleaved, summarise
-    from heisd_ros.decoding.decoder import ActionDecoder
-    from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
-    from heisd_ros.models.checkpoint import load_draft_head
+    from heisd_ros.decoding.builder import DecoderResources, build_decoder
+    from heisd_ros.decoding.drafter_source import DraftTreeConfig
+    from heisd_ros.decoding.methods import needs_head
     from heisd_ros.models.synthetic_scenes import SyntheticScenes
 
+    methods = decode_methods(args)
     target, description = load_target_from_args(args)
-    head = load_draft_head(args.drafter, target)
+    choice = load_head(args, target) if needs_head(methods) else None
     tree = DraftTreeConfig(top_k=args.top_k, max_depth=args.depth, node_budget=args.budget)
     radius = int_vector(args.relaxed_radius, 7, "--relaxed-radius")
-    modes = {"ar": ActionDecoder(target),
-             "drafter-exact": ActionDecoder(target, DrafterSource(head, target, tree), exact_rule),
-             "drafter-relaxed": ActionDecoder(target, DrafterSource(head, target, tree),
-                                              RelaxedRule(radius))}
+    resources = DecoderResources(target, draft_head=choice and choice.head,
+                                 relaxed_radius_bins=radius, drafter_tree=tree)
     if args.db:
-        scenes, hybrid_info = _add_hybrid_modes(args, target, head, modes)
+        scenes, hybrid_info = _hybrid_resources(args, target, resources,
+                                                [m for m in methods if m in HYBRID_METHODS])
     else:
         scenes = list(SyntheticScenes(args.observations + args.warmup, seed=args.seed))
         hybrid_info = None
+    modes = {m: build_decoder(m, resources) for m in methods}
     records = run_interleaved(modes, scenes[args.warmup:], warmup=scenes[:args.warmup])
-    return {"target": description, "drafter": str(args.drafter),
+    return {"target": description, "drafter": choice and choice.description,
+            "drafter_untrained": bool(choice and choice.untrained),
             "observations": args.observations, "hybrid": hybrid_info, "warmup": args.warmup,
             "seed": args.seed, "threads": torch.get_num_threads(),
             "tree": asdict(tree), "relaxed_radius_bins": list(radius),
             "modes": summarise(records)}
 
 
-def _add_hybrid_modes(args, target, head, modes: dict) -> tuple[list, dict]:
-    """Add one HybridDecoder per --methods entry; observations from demonstrations."""
+def _hybrid_resources(args, target, resources, methods: list[str]) -> tuple[list, dict]:
+    """Fill ``resources`` with the DB's store and router statistics; observations from demos."""
     from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
-    from heisd_ros.decoding.hybrid import HybridConfig, build_hybrid_decoder
     from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
+    from heisd_ros.eval.methods import router_stats_for
     from heisd_ros.retrieval.embedding import model_fingerprint
-    from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
     from heisd_ros.retrieval.store import open_store
     from heisd_ros.retrieval.store_config import StoreConfig
 
@@ -122,17 +163,16 @@ def _add_hybrid_modes(args, target, head, modes: dict) -> tuple[list, dict]:
         observations += [record.observation(t) for t in range(record.num_steps)]
         if len(observations) >= wanted:
             break
-    router_stats = args.router_stats or offline["router_stats"].get(suite, {}).get("path")
+    router_stats = router_stats_for(suite, args.router_stats, str(stats_dir))
     store = open_store(StoreConfig(path=args.db, exact_search=args.exact),
                        model_fingerprint=model_fingerprint(target))
     store.warm_up()  # timed decoding starts with the shards loaded, as on the robot
-    retrieval = RetrievalSourceConfig(k=args.retrieval_k, deadline_s=args.deadline_ms / 1e3)
-    for method in args.methods.split(","):
-        retriever = Retriever(store, RetrieverConfig(k=args.retrieval_k, demote_steps=0))
-        modes[method] = build_hybrid_decoder(
-            method, target, draft_head=head, retriever=retriever, router_stats=router_stats,
-            calibration=args.calibration, config=HybridConfig(retrieval=retrieval))
-    return observations[:wanted], {"db": args.db, "methods": args.methods.split(","),
+    # Each hybrid decoder gets its own Retriever (K = --retrieval-k) over this store.
+    resources.store, resources.router_stats = store, router_stats
+    resources.calibration = args.calibration
+    resources.retrieval = RetrievalSourceConfig(k=args.retrieval_k,
+                                                deadline_s=args.deadline_ms / 1e3)
+    return observations[:wanted], {"db": args.db, "methods": methods,
                                    "calibration": args.calibration,
                                    "router_stats": router_stats, "suite": suite}
 
@@ -405,13 +445,10 @@ def _num(value, fmt: str) -> str:
 def run_profile(args) -> dict:
     """The ``profile`` subcommand: cost of each building block; returns the JSON."""
     from heisd_ros.decoding.bench_runner import cost_profile
-    from heisd_ros.models.checkpoint import load_draft_head
-    from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
     from heisd_ros.models.synthetic_scenes import SyntheticScenes
 
     target, description = load_target_from_args(args)
-    head = (load_draft_head(args.drafter, target) if args.drafter
-            else DraftHead(DraftHeadConfig.for_target(target)).eval())
+    head = load_head(args, target).head
     obs = SyntheticScenes(1, seed=args.seed).scene(0)
     profile = cost_profile(target, head, obs, tree_nodes=args.budget, draft_nodes=args.top_k,
                            repeats=args.repeats)
@@ -441,8 +478,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped "
                        "weights if present, else a seeded random init)")
         add_model_arguments(p)
-        p.add_argument("--drafter", default=None, required=name == "decode",
-                       help="draft head safetensors from heisd-train-drafter")
+        p.add_argument("--drafter", default=None,
+                       help="draft head safetensors from heisd-train-drafter (default: the "
+                            "shipped head for the shipped small VLA; else an untrained one, "
+                            "with a warning)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--json", default=None, help="write the results here")
         p.add_argument("--top-k", type=int, default=4)
@@ -459,7 +498,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     decode.add_argument("--stats-dir", default=None, help="offline_stats.json dir (default --db)")
     decode.add_argument("--demos", default=None, help="npz root for the observations "
                         "(default: the DB's held-out episodes)")
-    decode.add_argument("--methods", default="retrieval,router_only,router_skip,heisd")
+    decode.add_argument("--methods", default=None,
+                        help="comma-separated names of the method table (AR always runs; "
+                             f"default: {','.join(DEFAULT_METHODS)}, with --db also "
+                             f"{','.join(DEFAULT_DB_METHODS)})")
     decode.add_argument("--router-stats", default=None)
     decode.add_argument("--calibration", default=None, help="heisd-calibrate JSON")
     decode.add_argument("--retrieval-k", type=int, default=4)
@@ -502,7 +544,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     set_threads(args.threads)
     if args.command == "decode":
-        result = run_decode(args)
+        try:
+            result = run_decode(args)
+        except ValueError as err:
+            print(f"heisd-bench: {err}", file=sys.stderr)
+            return 2
         print(format_table(result["modes"]))
     elif args.command == "retrieval":
         result = run_retrieval(args)

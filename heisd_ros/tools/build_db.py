@@ -137,7 +137,7 @@ def _store_config(args):
 
 def _router_stats(records, window: int, stats_dir: Path) -> dict:
     """Fit and save RouterStats per suite from the demos' EE trajectories."""
-    from heisd_ros.kinematics.router import RouterStats
+    from heisd_ros.kinematics.router import RouterStats, router_stats_file
 
     by_suite: dict[str, list] = {}
     for record in records:
@@ -149,7 +149,7 @@ def _router_stats(records, window: int, stats_dir: Path) -> dict:
         except ValueError as exc:  # too few / too short demos for this window
             out[suite] = {"error": str(exc)}
             continue
-        path = stats_dir / f"router_stats_{suite}.json"
+        path = router_stats_file(stats_dir, suite)
         stats.save(path)
         out[suite] = {"path": str(path), "n_windows": stats.n_windows}
     return out

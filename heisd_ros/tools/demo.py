@@ -141,9 +141,9 @@ def main(argv=None) -> int:
             _tool("calibrate", ["--db", str(db), *model])
         steps = ["--max-steps", str(args.max_steps)] if args.max_steps else []
         if args.ablation:
-            from heisd_ros.eval.methods import METHODS
+            from heisd_ros.decoding.methods import METHOD_NAMES
 
-            methods = list(METHODS)  # every method heisd-eval knows, heisd_ar included
+            methods = list(METHOD_NAMES)  # every method of the table, heisd_ar included
         else:
             methods = ["ar", "heisd"]
         _tool("eval", ["--suites", args.suite, "--episodes", str(args.episodes), "--methods",

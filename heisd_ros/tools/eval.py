@@ -23,7 +23,7 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    from heisd_ros.eval.methods import METHODS
+    from heisd_ros.decoding.methods import METHOD_NAMES
     from heisd_ros.tools._common import add_decoder_arguments
 
     p = argparse.ArgumentParser(prog="heisd-eval", description=__doc__,
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suites", nargs="+", required=True, help="suite names")
     p.add_argument("--tasks", nargs="*", default=[], help="only these tasks (default all)")
     p.add_argument("--methods", nargs="+", default=["ar", "drafter"],
-                   help=f"from {sorted(METHODS)} (AR always runs: it is the reference)")
+                   help=f"from {list(METHOD_NAMES)} (AR always runs: it is the reference)")
     p.add_argument("--episodes", type=int, default=20, help="episodes per task and method")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     p.add_argument("--max-steps", type=int, default=None, help="default: each task's limit")
@@ -109,14 +109,11 @@ def run(args):
 def _run_tasks(args, methods, tasks, bar=None):
     """Episodes of ``tasks`` (suite, task pairs) for every method; returns (runs, model info)."""
     from heisd_ros.eval.closed_loop import run_interleaved_episodes
-    from heisd_ros.eval.methods import build_method, make_context, router_stats_for
+    from heisd_ros.eval.methods import build_method, context_from_args, router_stats_for
     from heisd_ros.sim.config import SimConfig
 
     sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
-    ctx, desc = make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
-                             calibration=args.calibration,
-                             gripper_switch_prob=args.gripper_switch_prob,
-                             retrieval_tree_nodes=args.retrieval_tree_nodes)
+    ctx, desc = context_from_args(args, methods, warn=_warn)
 
     def progress(suite, task, seed, method, success):
         if bar is not None:
@@ -159,6 +156,11 @@ def _threads() -> int:
     import torch
 
     return torch.get_num_threads()
+
+
+def _warn(message: str) -> None:
+    """A warning about the models in use (an untrained draft head), on stderr."""
+    print(f"heisd-eval: WARNING: {message}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,14 +26,14 @@ import sys
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
     from heisd_ros.data.rosbag_io import CAMERA_FORMATS
-    from heisd_ros.eval.methods import METHODS
+    from heisd_ros.decoding.methods import METHOD_NAMES
     from heisd_ros.tools._common import add_decoder_arguments
 
     p = argparse.ArgumentParser(prog="heisd-record", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", required=True, help="suite name")
     p.add_argument("--task", required=True, help="task name of the suite")
-    p.add_argument("--policy", default="ar", help=f"'expert' or a method: {sorted(METHODS)}")
+    p.add_argument("--policy", default="ar", help=f"'expert' or a method: {list(METHOD_NAMES)}")
     p.add_argument("--episodes", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     p.add_argument("--max-steps", type=int, default=None, help="default: the task's limit")
@@ -74,15 +74,12 @@ def run(args) -> list[dict]:
                 DecoderPolicy,
                 build_method,
                 check_methods,
-                make_context,
+                context_from_args,
                 router_stats_for,
             )
 
             check_methods([args.policy])
-            ctx, _ = make_context(args.target, args.drafter, [args.policy], args.seed,
-                                  db_path=args.db, calibration=args.calibration,
-                                  gripper_switch_prob=args.gripper_switch_prob,
-                                  retrieval_tree_nodes=args.retrieval_tree_nodes)
+            ctx, _ = context_from_args(args, [args.policy], warn=_warn)
             ctx.router_stats = router_stats_for(args.suite, args.router_stats, args.db)
             policy = DecoderPolicy(build_method(args.policy, ctx), task=args.task)
         with tqdm(total=args.episodes, unit="episode", file=sys.stderr) as bar:
@@ -92,6 +89,11 @@ def run(args) -> list[dict]:
                                camera_format=args.camera_format, overwrite=args.overwrite)
     finally:
         env.close()
+
+
+def _warn(message: str) -> None:
+    """A warning about the models in use (an untrained draft head), on stderr."""
+    print(f"heisd-record: WARNING: {message}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,14 +32,14 @@ from heisd_ros.eval.bag_frames import REPLAY_ROLES
 
 def build_parser() -> argparse.ArgumentParser:
     """Command-line options."""
-    from heisd_ros.eval.methods import METHODS
+    from heisd_ros.decoding.methods import METHOD_NAMES
     from heisd_ros.tools._common import add_decoder_arguments
 
     p = argparse.ArgumentParser(prog="heisd-replay", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bag", help="rosbag2 directory (the one holding metadata.yaml)")
     p.add_argument("--methods", nargs="+", default=["ar", "drafter"],
-                   help=f"methods besides AR, from {sorted(METHODS)} (AR is always run)")
+                   help=f"methods besides AR, from {list(METHOD_NAMES)} (AR is always run)")
     add_topic_arguments(p, REPLAY_ROLES, optional=("wrist", "joint_states", "ee_pose"),
                         find_compressed=True)
     p.add_argument("--instruction", default=None,
@@ -116,7 +116,7 @@ def run(args) -> dict:
     from heisd_ros.eval.methods import (
         build_method,
         check_methods,
-        make_context,
+        context_from_args,
         router_stats_for,
     )
     from heisd_ros.eval.projection import ComponentCosts, project
@@ -132,10 +132,7 @@ def run(args) -> dict:
                        f"heisd.instruction); pass --instruction TEXT")
     if args.max_frames is not None and args.max_frames < 1:
         raise ValueError(f"--max-frames: expected >= 1, got {args.max_frames}")
-    ctx, desc = make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
-                             calibration=args.calibration,
-                             gripper_switch_prob=args.gripper_switch_prob,
-                             retrieval_tree_nodes=args.retrieval_tree_nodes)
+    ctx, desc = context_from_args(args, methods, warn=_warn)
     ctx.router_stats = router_stats_for(info.custom_data.get("heisd.suite"), args.router_stats,
                                         args.db)
     decoders = {m: build_method(m, ctx) for m in methods}
@@ -158,6 +155,11 @@ def run(args) -> dict:
             **desc, "methods": summary,
             "projection": project(summary, ComponentCosts(drafter_forward_ms=args.drafter_ms)),
             "frames": frames}
+
+
+def _warn(message: str) -> None:
+    """A warning about the models in use (an untrained draft head), on stderr."""
+    print(f"heisd-replay: WARNING: {message}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,67 @@
+"""The decoding methods by name: what each one uses. Pure data (no torch, no numpy).
+
+Every front end reads this table: the policy node's config and the launch argument
+``method`` (``heisd_ros.nodes.graph``, which the launch file imports, so this module must
+stay importable without torch), ``heisd-eval --methods``, ``heisd-replay``, ``heisd-record
+--policy``, ``heisd-bench decode --methods``, ``heisd_ros demo --ablation``. The decoders
+themselves come from :func:`heisd_ros.decoding.builder.build_decoder`.
+
+The ladder (HEISD_METHOD.md): ``ar``; ``drafter`` (EAGLE-2 drafts, exact); ``drafter_relaxed``
+(Spec-VLA radius); ``retrieval`` (pure retrieval SD, exact); ``router_only``; ``router_skip``
+(+ verify-skip); ``heisd`` (+ sequence-wise group acceptance); ``heisd_ar`` (``heisd`` with
+AR in place of the draft head).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Switches:
+    """Which components a method uses."""
+
+    drafter: bool
+    retrieval: bool
+    router: bool
+    verify_skip: bool
+    sequence_wise: bool
+    drafter_relaxed: bool
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether the method is a ``HybridDecoder`` (it queries a retrieval DB)."""
+        return self.retrieval
+
+
+#: Method name -> its components, in ablation order.
+METHODS: dict[str, Switches] = {
+    "ar": Switches(False, False, False, False, False, False),
+    "drafter": Switches(True, False, False, False, False, False),
+    "drafter_relaxed": Switches(True, False, False, False, False, True),
+    "retrieval": Switches(False, True, False, False, False, False),
+    "router_only": Switches(True, True, True, False, False, False),
+    "router_skip": Switches(True, True, True, True, False, False),
+    "heisd": Switches(True, True, True, True, True, False),
+    "heisd_ar": Switches(False, True, True, True, True, False),
+}
+#: The names, in ablation order.
+METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
+#: Methods built as ``HybridDecoder`` (they use a retrieval DB when one is given).
+HYBRID_METHODS: tuple[str, ...] = tuple(n for n, s in METHODS.items() if s.hybrid)
+#: Methods that route with the kinematic router (they need router statistics).
+ROUTER_METHODS: tuple[str, ...] = tuple(n for n, s in METHODS.items() if s.router)
+#: Methods that use a draft head (the shipped one by default).
+HEAD_METHODS: tuple[str, ...] = tuple(n for n, s in METHODS.items() if s.drafter)
+
+
+def check_method(name: str, option: str = "method") -> str:
+    """``name`` if it is a method of :data:`METHODS`; else ValueError listing the valid names."""
+    if name not in METHODS:
+        raise ValueError(f"{option}: unknown method {name!r}; valid: {', '.join(METHOD_NAMES)}")
+    return name
+
+
+def needs_head(methods) -> bool:
+    """Whether any of ``methods`` uses a draft head."""
+    return any(METHODS[m].drafter for m in methods if m in METHODS)

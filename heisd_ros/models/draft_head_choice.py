@@ -1,0 +1,153 @@
+"""Which draft head a tool or the node uses: the given one, the shipped one, or (loudly) none.
+
+The rule, the same for the policy node, heisd-eval, heisd-replay, heisd-record and heisd-bench:
+
+1. an explicit head (``--drafter``, ``model.drafter_path``) is loaded; one whose card names
+   another target (neither its sha256 nor its model fingerprint matches) is refused;
+2. else the shipped head (``heisd_ros/assets/draft_head.safetensors``) when the target is the
+   VLA it was trained for (the shipped small VLA: the same file by sha256, or the same
+   weights by model fingerprint, so a metadata-only change such as the gripper rule keeps it);
+3. else a seeded untrained head (exact, but AL ~1 and slower than AR): ``warn`` gets a line
+   saying so and :attr:`HeadChoice.untrained` is True, for the caller's report.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from heisd_ros.tools._common import DEFAULT_TARGET_PATH, file_digest
+
+#: The draft head shipped with the small VLA (trained for ``DEFAULT_TARGET_PATH``).
+SHIPPED_DRAFT_HEAD = DEFAULT_TARGET_PATH.with_name("draft_head.safetensors")
+#: How heisd-train-drafter's card names its target: ``"<path> (sha256 <16 hex>)"``.
+_CARD_SHA = re.compile(r"\(sha256 ([0-9a-f]{8,64})\)")
+
+
+@dataclass(frozen=True)
+class HeadChoice:
+    """The chosen head, what it is, and whether it is untrained (no speed-up)."""
+
+    head: Any
+    description: str
+    untrained: bool = False
+
+
+def target_file(path: str | None) -> Path | None:
+    """The small-VLA file ``load_target(path)`` loads (None: a random initialisation)."""
+    if path:
+        return Path(path)
+    return DEFAULT_TARGET_PATH if DEFAULT_TARGET_PATH.is_file() else None
+
+
+def _card(path) -> dict:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            card = json.loads((handle.metadata() or {}).get("card", "{}"))
+    except (OSError, ValueError, SafetensorError):
+        return {}
+    return card if isinstance(card, dict) else {}
+
+
+def draft_head_target(path) -> tuple[str | None, str]:
+    """(sha256 prefix, description) of the target a draft head was trained for.
+
+    heisd-train-drafter records its target in the head's ``card`` metadata as
+    ``"<path> (sha256 <16 hex>)"``; (None, "") when the head does not say.
+    """
+    text = str(_card(path).get("target", ""))
+    match = _CARD_SHA.search(text)
+    return (match.group(1) if match else None), text
+
+
+def draft_head_fingerprint(path) -> str | None:
+    """The model fingerprint of the target a draft head was trained for (None: not recorded).
+
+    heisd-train-drafter records it as the card's ``target_fingerprint``; it names the target's
+    config and weights, so it survives a metadata-only change of the target file.
+    """
+    value = _card(path).get("target_fingerprint")
+    return str(value) if value else None
+
+
+def _same_sha(a: str, b: str) -> bool:
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+def _trained_for(head_path, recorded_sha: str | None, sha: str | None, target) -> bool:
+    """Whether the head at ``head_path`` was trained for ``target`` (file sha or weights)."""
+    if sha is not None and recorded_sha is not None and _same_sha(recorded_sha, sha):
+        return True
+    fingerprint = draft_head_fingerprint(head_path)
+    if fingerprint is None:
+        return False
+    from heisd_ros.retrieval.embedding import model_fingerprint
+
+    return fingerprint == model_fingerprint(target)
+
+
+def choose_draft_head(target, target_path: Path | None, drafter_path: str | None, seed: int,
+                      warn: Callable[[str], None], option: str = "--drafter",
+                      target_option: str = "--target") -> HeadChoice:
+    """The draft head for ``target`` loaded from ``target_path`` (module docstring's rule).
+
+    Args:
+        target: the loaded target VLA.
+        target_path: the file it came from (None: a random initialisation or OpenVLA).
+        drafter_path: an explicit head, or None/"" for the default.
+        seed: seed of an untrained head.
+        warn: gets the warning when the head is untrained.
+        option: the name of the head option (``--drafter``), for messages.
+        target_option: the name of the target option (``--target``), for messages.
+
+    Raises:
+        ValueError: ``drafter_path`` names a head trained for another target, or one that
+            does not fit the target. FileNotFoundError: ``drafter_path`` does not exist.
+    """
+    from heisd_ros.models.checkpoint import load_draft_head
+
+    file = target_path
+    sha = file_digest(file) if file is not None and file.is_file() else None
+    loaded = f"{file} (sha256 {sha})" if sha else f"a random-init or non-file target (seed={seed})"
+    if drafter_path:
+        head = load_draft_head(drafter_path, target)
+        recorded, text = draft_head_target(drafter_path)
+        if recorded is None:
+            return HeadChoice(head, f"draft head {drafter_path} (target not recorded, "
+                                    f"not checked)")
+        if not _trained_for(drafter_path, recorded, sha, target):
+            raise ValueError(f"{option}: {drafter_path} was trained for the target {text}, but "
+                             f"the loaded target is {loaded}; use a draft head trained for this "
+                             f"target (heisd-train-drafter --target ...) or set {target_option} "
+                             f"to the target it was trained for")
+        return HeadChoice(head, f"draft head {drafter_path} (trained for this target)")
+    if SHIPPED_DRAFT_HEAD.is_file():
+        recorded, text = draft_head_target(SHIPPED_DRAFT_HEAD)
+        if _trained_for(SHIPPED_DRAFT_HEAD, recorded, sha, target) or (
+                recorded is None and file == DEFAULT_TARGET_PATH):
+            return HeadChoice(load_draft_head(SHIPPED_DRAFT_HEAD, target),
+                              f"shipped draft head {SHIPPED_DRAFT_HEAD}")
+        reason = (f"the shipped draft head is for the shipped small VLA "
+                  f"({text or DEFAULT_TARGET_PATH}), the target is {loaded}")
+    else:
+        reason = f"no shipped draft head at {SHIPPED_DRAFT_HEAD}"
+    import torch
+
+    from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        head = DraftHead(DraftHeadConfig.for_target(target))
+    description = (f"untrained draft head (seed={seed}): exact but no speed-up ({reason}); "
+                   f"set {option} to one from heisd-train-drafter")
+    warn(description)
+    dtype = getattr(getattr(target, "language_model", None), "dtype", None)
+    head = head.to(dtype=dtype) if dtype is not None else head
+    return HeadChoice(head.eval(), description, untrained=True)

@@ -1,0 +1,110 @@
+"""The method names are defined once, and every front end defaults to the shipped models.
+
+``heisd_ros.decoding.methods.METHODS`` is the only table of decoding methods: the launch
+graph, the policy node's config, heisd-eval, heisd-replay, heisd-record, heisd-bench and the
+YAML's comment all expose exactly its names. Without ``--target``/``--drafter``, heisd-eval
+and heisd-replay resolve the shipped small VLA and its shipped draft head; any other target
+gets an untrained head only with a warning and ``drafter_untrained`` in the description.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from heisd_ros.decoding.methods import METHOD_NAMES, METHODS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_front_end_exposes_exactly_the_tables_names():
+    from heisd_ros.decoding import hybrid
+    from heisd_ros.eval import methods as eval_methods
+    from heisd_ros.nodes import graph
+    from heisd_ros.nodes.policy_config import PolicyNodeConfig
+    from heisd_ros.tools import bench
+    from heisd_ros.tools import eval as eval_tool
+
+    assert graph.METHODS == METHOD_NAMES and hybrid.METHODS is METHODS
+    assert eval_methods.METHODS is METHODS
+    assert eval_methods.check_methods(METHOD_NAMES) == list(METHOD_NAMES)
+    for name in METHOD_NAMES:
+        assert PolicyNodeConfig(method=name).method == name
+    with pytest.raises(ValueError, match="valid: " + ", ".join(METHOD_NAMES)):
+        PolicyNodeConfig(method="eagle")
+    args = bench.parse_args(["decode", "--db", "x", "--methods", ",".join(METHOD_NAMES)])
+    assert bench.decode_methods(args) == list(METHOD_NAMES)
+    with pytest.raises(ValueError, match="--methods: unknown method 'eagle'"):
+        bench.decode_methods(bench.parse_args(["decode", "--methods", "ar,eagle"]))
+    help_text = eval_tool.build_parser().format_help()
+    assert all(name in help_text for name in METHOD_NAMES)
+    yaml_text = (REPO / "config" / "policy_node.yaml").read_text(encoding="utf-8")
+    comment = re.search(r"# a name of .*?METHODS.*?:(.*?)\.\n", yaml_text, re.S).group(1)
+    assert tuple(n.strip(" #\n") for n in comment.split("|")) == METHOD_NAMES
+
+
+def _name_literals(path: Path):
+    """(line, names) of every tuple/list/set/dict literal of method names in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        items = (node.keys if isinstance(node, ast.Dict)
+                 else node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [])
+        names = {k.value for k in items if isinstance(k, ast.Constant) and k.value in METHODS}
+        if len(names) >= 4:
+            yield node.lineno, sorted(names)
+
+
+def test_the_method_list_is_written_once():
+    table = REPO / "heisd_ros" / "decoding" / "methods.py"
+    copies = [(str(p.relative_to(REPO)), line, names)
+              for root in ("heisd_ros", "launch") for p in sorted((REPO / root).rglob("*.py"))
+              if p != table for line, names in _name_literals(p)]
+    assert copies == []
+    assert list(_name_literals(table))  # the table itself is found by the same scan
+
+
+def test_the_table_imports_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, heisd_ros.nodes.graph, heisd_ros.decoding.methods; "
+            "assert 'torch' not in sys.modules and 'numpy' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+@pytest.mark.parametrize("tool", ["eval", "replay"])
+def test_eval_and_replay_default_to_the_shipped_model_and_head(tool):
+    from heisd_ros.eval.methods import context_from_args
+    from heisd_ros.models.draft_head_choice import SHIPPED_DRAFT_HEAD
+    from heisd_ros.tools import eval as eval_tool
+    from heisd_ros.tools import replay as replay_tool
+    from heisd_ros.tools._common import DEFAULT_TARGET_PATH
+
+    parser = {"eval": eval_tool, "replay": replay_tool}[tool].build_parser()
+    args = parser.parse_args(["--suites", "piper_goal"] if tool == "eval" else ["some_bag"])
+    assert args.target is None and args.drafter is None and "drafter" in args.methods
+    warnings = []
+    _ctx, desc = context_from_args(args, args.methods, warn=warnings.append)
+    assert desc["target"].startswith(str(DEFAULT_TARGET_PATH))
+    assert desc["drafter"] == f"shipped draft head {SHIPPED_DRAFT_HEAD}"
+    assert desc["drafter_untrained"] is False and warnings == []
+
+
+def test_another_target_without_a_drafter_gets_a_flagged_untrained_head(tmp_path):
+    from heisd_ros.eval.methods import make_context
+    from heisd_ros.models.checkpoint import save_small_vla
+    from heisd_ros.models.small_vla import SmallVLA
+    from heisd_ros.models.small_vla_config import SmallVLAConfig
+
+    config = SmallVLAConfig(image_size_px=32, patch_size_px=16, vision_dim=32, vision_heads=2,
+                            hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
+    vla = save_small_vla(SmallVLA.random(config, seed=1), tmp_path / "vla.safetensors",
+                         dtype="float32")
+    warnings = []
+    ctx, desc = make_context(str(vla), None, ["ar", "drafter"], warn=warnings.append)
+    assert desc["drafter_untrained"] is True and ctx.drafter is not None
+    assert desc["drafter"].startswith("untrained draft head") and warnings == [desc["drafter"]]
+    _ctx, desc = make_context(str(vla), None, ["ar", "retrieval"], warn=warnings.append)
+    assert desc["drafter"] is None and desc["drafter_untrained"] is False  # no head needed
