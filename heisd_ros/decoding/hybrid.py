@@ -15,7 +15,7 @@ Per control step (one 7-token action):
    forward (a fully accepted draft costs one target forward), later rounds are drafted by the
    draft head; drafter steps use the drafter alone.
 
-Methods (the paper's ablation ladder, HEISD_METHOD.md; the table is
+Methods (the paper's ablation ladder, docs/METHOD.md; the table is
 ``heisd_ros.decoding.methods.METHODS``): ``ar``; ``drafter`` (exact);
 ``drafter_relaxed`` (Spec-VLA radius); ``retrieval`` (pure retrieval SD, exact: the same
 candidates draft every round, no draft head; a failed query -> AR); ``router_only``;

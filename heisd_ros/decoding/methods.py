@@ -6,7 +6,7 @@ stay importable without torch), ``heisd-eval --methods``, ``heisd-replay``, ``he
 --policy``, ``heisd-bench decode --methods``, ``heisd_ros demo --ablation``. The decoders
 themselves come from :func:`heisd_ros.decoding.builder.build_decoder`.
 
-The ladder (HEISD_METHOD.md): ``ar``; ``drafter`` (EAGLE-2 drafts, exact); ``drafter_relaxed``
+The ladder (docs/METHOD.md): ``ar``; ``drafter`` (EAGLE-2 drafts, exact); ``drafter_relaxed``
 (Spec-VLA radius); ``retrieval`` (pure retrieval SD, exact); ``router_only``; ``router_skip``
 (+ verify-skip); ``heisd`` (+ sequence-wise group acceptance); ``heisd_ar`` (``heisd`` with
 AR in place of the draft head).
