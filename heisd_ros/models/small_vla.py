@@ -90,14 +90,14 @@ class SubgoalPathway(nn.Module):
       prompt token (the position whose hidden state predicts the first action token; the
       action tokens attend to it). Its output layer starts at zero, so adding the pathway to
       a trained model leaves its actions unchanged until the decoder is trained to read it.
-      (Added to the proprio token instead, mid-prompt, the decoder hardly read it: session
-      15's runs p1/p2 in the assets README.)
+      (Added to the proprio token instead, mid-prompt, the decoder hardly read it: runs
+      p1/p2 in the assets README.)
 
     ``heisd-train-vla --subgoal-pathway`` trains it in two stages: encoder and head alone on
     the subgoal targets, then, with them fixed, ``embed`` on the actions (a hierarchical
     policy: where to go, then how to move there). With ``--train-only subgoal.embed.`` a
     trained decoder stays as it is and the embedding learns to steer it; fine-tuning the
-    decoder with it cost the other suites (session 15, assets README).
+    decoder with it cost the other suites (assets README).
     """
 
     def __init__(self, config: SmallVLAConfig):
