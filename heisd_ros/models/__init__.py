@@ -5,7 +5,7 @@
 - ``small_vla`` / ``small_vla_config`` / ``vision`` / ``vocab``: the shipped small VLA
   (two-camera encoder + ``LlamaForCausalLM``, byte tokenizer with 256 action ids).
 - ``checkpoint``: safetensors save/load with checks (small VLA, draft head).
-- ``draft_head`` / ``draft_training``: the EAGLE-style head and its self-distillation.
+- ``draft_head``: the EAGLE-style head (trained by ``heisd_ros.training.draft_training``).
 - ``synthetic_scenes``: seeded synthetic observations until recorded ones exist.
 
 Submodules are imported explicitly; importing this package loads neither torch nor

@@ -459,8 +459,8 @@ class VLATrainer:
     def __init__(self, vla: SmallVLA, cache: DemoCache, train_index: np.ndarray,
                  config: VLATrainConfig, stats: ActionStats, aux_head=None,
                  teacher: SmallVLA | None = None):
-        from heisd_ros.models.subgoal import SubgoalHead, subgoal_targets
-        from heisd_ros.models.vision_pretraining import VisionAuxHead, aux_targets
+        from heisd_ros.training.subgoal import SubgoalHead, subgoal_targets
+        from heisd_ros.training.vision_pretraining import VisionAuxHead, aux_targets
 
         self.vla, self.cache, self.config = vla, cache, config
         self.train_index = np.asarray(train_index)
@@ -609,12 +609,12 @@ class VLATrainer:
             loss = (1 - cfg.distill_weight) * loss + cfg.distill_weight * distillation_loss(
                 logits, self._teacher_logits(index, images, bins, proprio))
         if self.subgoal_head is not None:
-            from heisd_ros.models.subgoal import subgoal_loss
+            from heisd_ros.training.subgoal import subgoal_loss
 
             loss = loss + cfg.subgoal_weight * subgoal_loss(self.subgoal_head, hidden,
                                                             self.subgoal_targets[index])
         if self.aux_head is not None:
-            from heisd_ros.models.vision_pretraining import aux_loss
+            from heisd_ros.training.vision_pretraining import aux_loss
 
             loss = loss + cfg.aux_weight * aux_loss(self.aux_head, features, proprio,
                                                     self.aux_targets[index])
@@ -660,7 +660,7 @@ class VLATrainer:
                                                           proprio, features=features,
                                                           subgoal_words=batch.subgoal_words)
             if self.pathway_targets is not None:
-                from heisd_ros.models.subgoal import pathway_loss
+                from heisd_ros.training.subgoal import pathway_loss
 
                 pathway_total += float(pathway_loss(self.vla, batch,
                                                     self.pathway_targets[chunk])) * len(chunk)
@@ -668,12 +668,12 @@ class VLATrainer:
                 distill_total += float(distillation_loss(logits, self._teacher_logits(
                     chunk, images, bins, proprio))) * len(chunk)
             if self.subgoal_head is not None:
-                from heisd_ros.models.subgoal import subgoal_loss
+                from heisd_ros.training.subgoal import subgoal_loss
 
                 subgoal_total += float(subgoal_loss(self.subgoal_head, hidden,
                                                     self.subgoal_targets[chunk])) * len(chunk)
             if self.aux_head is not None:
-                from heisd_ros.models.vision_pretraining import aux_loss
+                from heisd_ros.training.vision_pretraining import aux_loss
 
                 aux_total += float(aux_loss(self.aux_head, features, proprio,
                                             self.aux_targets[chunk])) * len(chunk)
