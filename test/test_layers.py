@@ -46,8 +46,12 @@ def test_inference_never_imports_training():
     assert _offenders(("heisd_ros/training/", "heisd_ros/tools/"), "heisd_ros.training") == []
 
 
+def test_library_never_imports_the_tools():
+    assert _offenders(("heisd_ros/tools/",), "heisd_ros.tools") == []
+
+
 _INFERENCE = ("heisd_ros.models.small_vla", "heisd_ros.models.checkpoint",
-              "heisd_ros.models.draft_head_choice",
+              "heisd_ros.models.draft_head_choice", "heisd_ros.models.loading",
               "heisd_ros.decoding.builder", "heisd_ros.decoding.hybrid",
               "heisd_ros.eval.methods", "heisd_ros.eval.closed_loop", "heisd_ros.eval.grounding",
               "heisd_ros.retrieval.retriever", "heisd_ros.sim.runner")
@@ -59,7 +63,7 @@ def test_importing_inference_loads_no_training_module():
         for name in {_INFERENCE!r}:
             importlib.import_module(name)
         print(sorted(m for m in sys.modules
-                     if m.startswith("heisd_ros.training")))
+                     if m.startswith(("heisd_ros.training", "heisd_ros.tools"))))
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(ROOT)
