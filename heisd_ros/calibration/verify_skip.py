@@ -28,9 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from heisd_ros.data.observation import ACTION_DIM
 from heisd_ros.decoding.retrieval_tree import GroupAcceptConfig, accepted_group_path
-
-ACTION_DIM = 7
 
 
 @dataclass(frozen=True)

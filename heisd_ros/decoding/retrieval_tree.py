@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from heisd_ros.data.observation import ACTION_DIM
 from heisd_ros.decoding.retrieval_accept import (  # noqa: F401 - re-exported
     GroupAcceptConfig,
     GroupRule,
@@ -34,7 +35,6 @@ from heisd_ros.decoding.retrieval_accept import (  # noqa: F401 - re-exported
     token_view,
 )
 from heisd_ros.decoding.retrieval_groups import (  # noqa: F401 - re-exported
-    ACTION_DIM,
     GRIPPER_GROUP,
     GROUP_NAMES,
     GROUPS,
