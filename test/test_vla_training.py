@@ -13,6 +13,7 @@ from heisd_ros.actions.bins import N_BINS
 from heisd_ros.actions.normalization import ActionCodec, ActionStats
 from heisd_ros.data.observation import Observation
 from heisd_ros.decoding.decoder import ActionDecoder
+from heisd_ros.eval.metrics import wilson_interval
 from heisd_ros.models.checkpoint import load_small_vla
 from heisd_ros.models.small_vla import SmallVLA
 from heisd_ros.models.small_vla_config import SmallVLAConfig
@@ -25,7 +26,6 @@ from heisd_ros.training.vla_training import (
     distillation_loss,
     soft_bin_targets,
     split_episodes,
-    wilson_interval,
 )
 
 TINY = SmallVLAConfig(image_size_px=32, patch_size_px=16, vision_dim=32, vision_heads=2,
