@@ -50,6 +50,22 @@ def test_library_never_imports_the_tools():
     assert _offenders(("heisd_ros/tools/",), "heisd_ros.tools") == []
 
 
+def test_nodes_do_not_import_each_other():
+    """A node module shares constants through a small module (``nodes/qos.py``), not a node."""
+    nodes = [p for p in (PACKAGE / "nodes").glob("*_node.py")]
+    names = {f"heisd_ros.nodes.{p.stem}" for p in nodes}
+    bad = [f"{p.name} imports {module}" for p in nodes for _, module in _imports(p)
+           if module in names and module != f"heisd_ros.nodes.{p.stem}"]
+    assert bad == []
+
+
+def test_models_do_not_import_decoding():
+    """``decoding`` builds on ``models`` (the target, the draft head), never the reverse."""
+    bad = [f"{p.name} imports {module}" for p in sorted((PACKAGE / "models").rglob("*.py"))
+           for _, module in _imports(p) if module.startswith("heisd_ros.decoding")]
+    assert bad == []
+
+
 _INFERENCE = ("heisd_ros.models.small_vla", "heisd_ros.models.checkpoint",
               "heisd_ros.models.draft_head_choice", "heisd_ros.models.loading",
               "heisd_ros.decoding.builder", "heisd_ros.decoding.hybrid",

@@ -203,7 +203,7 @@ def collect_samples(target, retriever, episodes, router=None, max_steps: int = 0
         max_steps: steps per episode (0 = all).
         config: calibration settings.
     """
-    from heisd_ros.decoding.tree import DraftTree
+    from heisd_ros.models.draft_tree import DraftTree
     from heisd_ros.retrieval.embedding import embedding_from_features
 
     cfg = config or CalibrationConfig()

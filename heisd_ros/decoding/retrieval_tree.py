@@ -88,7 +88,7 @@ class GroupTree:
 
     def to_draft_tree(self):
         """The project-wide ``DraftTree`` (no log-probs: retrieval has none)."""
-        from heisd_ros.decoding.tree import DraftTree  # numpy-only module
+        from heisd_ros.models.draft_tree import DraftTree  # numpy-only module
 
         return DraftTree(self.tokens, self.parents, None, source="retrieval")
 

@@ -2,6 +2,8 @@
 
 - ``target``: :class:`TargetVLA` (encode, prefill/verify a token tree in one forward, commit
   the accepted path), :class:`Prefix`, :class:`DecodeState`, :class:`ForwardOutput`.
+- ``draft_tree``: :class:`DraftTree`, the token-tree contract every draft source produces
+  and the target verifies (numpy only).
 - ``small_vla`` / ``small_vla_config`` / ``vision`` / ``vocab``: the shipped small VLA
   (two-camera encoder + ``LlamaForCausalLM``, byte tokenizer with 256 action ids).
 - ``checkpoint``: safetensors save/load with checks (small VLA, draft head).
