@@ -17,10 +17,10 @@ from torch.nn import functional as F
 
 from heisd_ros.actions.normalization import ActionCodec
 from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
-from heisd_ros.models.draft_training import DrafterTrainConfig, DrafterTrainer, collect_rollouts
 from heisd_ros.models.small_vla import SmallVLA
 from heisd_ros.models.small_vla_config import SmallVLAConfig
 from heisd_ros.models.synthetic_scenes import SyntheticScenes
+from heisd_ros.training.draft_training import DrafterTrainConfig, DrafterTrainer, collect_rollouts
 
 # The CI machine has 2 shared cores; two intra-op threads contend and run ~5x slower here.
 torch.set_num_threads(1)

@@ -12,7 +12,7 @@ from heisd_ros.decoding.acceptance import (
     first_rejected_dim,
     longest_accepted_path,
 )
-from heisd_ros.decoding.tree import DraftTree
+from heisd_ros.models.draft_tree import DraftTree
 
 
 @st.composite

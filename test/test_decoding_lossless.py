@@ -12,8 +12,8 @@ from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
 from heisd_ros.decoding.hf_reference import hf_generate_action
-from heisd_ros.decoding.tree import DraftTree
 from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
+from heisd_ros.models.draft_tree import DraftTree
 from test.fixtures_decoding import scenes, tiny_drafter, tiny_random_vla, tiny_trained_vla  # noqa: F401
 
 N_OBS = 12

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from heisd_ros.decoding.tree import DraftTree
+from heisd_ros.models.draft_tree import DraftTree
 from heisd_ros.models.small_vla import SmallVLA
 from heisd_ros.models.small_vla_config import SmallVLAConfig
 from test.fixtures_decoding import TINY, scenes, tiny_random_vla  # noqa: F401

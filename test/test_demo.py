@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from heisd_ros.models.loading import load_target
 from heisd_ros.retrieval.embedding import model_fingerprint
 from heisd_ros.retrieval.store import open_store
 from heisd_ros.retrieval.store_config import StoreConfig
 from heisd_ros.tools import demo
-from heisd_ros.tools._common import load_target
 
 
 def _db(path, fingerprint: str):

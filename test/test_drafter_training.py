@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from heisd_ros.models.checkpoint import load_draft_head, save_small_vla
-from heisd_ros.models.draft_training import DrafterTrainConfig
 from heisd_ros.tools import train_drafter
+from heisd_ros.training.draft_training import DrafterTrainConfig
 from test.fixtures_decoding import scenes, tiny_trained_vla  # noqa: F401
 
 

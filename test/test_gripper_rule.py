@@ -15,12 +15,12 @@ from heisd_ros.decoding.draft_source import DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource
 from heisd_ros.decoding.hybrid import HybridConfig, HybridDecoder
 from heisd_ros.decoding.retrieval_source import RetrievalSource, RetrievalSourceConfig
-from heisd_ros.decoding.tree import DraftTree
 from heisd_ros.models.checkpoint import (
     check_gripper_switch_probability,
     load_small_vla,
     save_small_vla,
 )
+from heisd_ros.models.draft_tree import DraftTree
 from test.fixtures_decoding import scenes, tiny_drafter, tiny_random_vla, tiny_trained_vla  # noqa: F401
 from test.test_hybrid_helpers import STRAIGHT_FAST, ScriptedClient, candidate, ok, router
 

@@ -26,7 +26,7 @@ from heisd_ros.decoding.hybrid import (
     gripper_safe,
 )
 from heisd_ros.decoding.retrieval_source import RetrievalSource, RetrievalSourceConfig
-from heisd_ros.decoding.tree import DraftTree
+from heisd_ros.models.draft_tree import DraftTree
 from heisd_ros.retrieval.errors import RetrievalStatus
 from heisd_ros.retrieval.retriever import RetrievalResult
 from test.fixtures_decoding import scenes, tiny_drafter, tiny_random_vla, tiny_trained_vla  # noqa: F401

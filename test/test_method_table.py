@@ -78,9 +78,9 @@ def test_the_table_imports_without_torch():
 def test_eval_and_replay_default_to_the_shipped_model_and_head(tool):
     from heisd_ros.eval.methods import context_from_args
     from heisd_ros.models.draft_head_choice import SHIPPED_DRAFT_HEAD
+    from heisd_ros.models.loading import DEFAULT_TARGET_PATH
     from heisd_ros.tools import eval as eval_tool
     from heisd_ros.tools import replay as replay_tool
-    from heisd_ros.tools._common import DEFAULT_TARGET_PATH
 
     parser = {"eval": eval_tool, "replay": replay_tool}[tool].build_parser()
     args = parser.parse_args(["--suites", "piper_goal"] if tool == "eval" else ["some_bag"])

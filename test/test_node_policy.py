@@ -281,7 +281,7 @@ def test_a_silent_camera_is_named_and_diagnostics_return_to_ok(graph):
 
 
 def test_an_episode_that_starts_again_resets_the_episode_state(graph):
-    from heisd_ros.nodes.sim_node import STATUS_QOS
+    from heisd_ros.nodes.qos import STATUS_QOS
 
     policy, _broken, peer, _pubs, executor, _out = graph
     pub = peer.create_publisher(hmsg.EpisodeStatus, "/heisd/episode_status", STATUS_QOS)

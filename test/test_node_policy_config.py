@@ -152,8 +152,8 @@ def test_a_calibration_of_another_model_is_refused(tiny, tmp_path):
 # ---------------------------------------------------------------- draft head
 def test_empty_drafter_path_is_the_shipped_head_for_the_shipped_vla():
     from heisd_ros.models.checkpoint import load_small_vla
+    from heisd_ros.models.loading import DEFAULT_TARGET_PATH
     from heisd_ros.retrieval.embedding import model_fingerprint
-    from heisd_ros.tools._common import DEFAULT_TARGET_PATH
 
     assert pd.SHIPPED_DRAFT_HEAD.is_file() and DEFAULT_TARGET_PATH.is_file()
     target = load_small_vla(DEFAULT_TARGET_PATH)
@@ -177,7 +177,7 @@ def test_empty_drafter_path_with_another_target_is_an_untrained_head_and_warns(t
 
 
 def test_a_draft_head_for_another_target_is_refused(tiny, tmp_path):
-    from heisd_ros.tools._common import file_digest
+    from heisd_ros.models.loading import file_digest
 
     _root, vla, target, nocard = tiny
     mine = _head_with_card(tmp_path / "mine.safetensors", target,

@@ -17,7 +17,8 @@ from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import Image, JointState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from heisd_ros.nodes.sim_node import STATUS_QOS, SimNode  # noqa: E402
+from heisd_ros.nodes.qos import STATUS_QOS  # noqa: E402
+from heisd_ros.nodes.sim_node import SimNode  # noqa: E402
 
 EECommand, EpisodeStatus = hmsg.EECommand, hmsg.EpisodeStatus
 

@@ -23,7 +23,8 @@ from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from heisd_ros.nodes.sim_node import STATUS_QOS, WRIST_TOPIC, SimNode  # noqa: E402
+from heisd_ros.nodes.qos import STATUS_QOS  # noqa: E402
+from heisd_ros.nodes.sim_node import WRIST_TOPIC, SimNode  # noqa: E402
 from heisd_ros.nodes.sim_params import SimNodeConfig, next_task  # noqa: E402
 from heisd_ros.sim.suites import list_tasks  # noqa: E402
 

@@ -28,8 +28,8 @@ from rclpy.qos import qos_profile_rosout_default  # noqa: E402
 from sensor_msgs.msg import Image, JointState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
+from heisd_ros.nodes.qos import STATUS_QOS  # noqa: E402
 from heisd_ros.nodes.sim_node import (  # noqa: E402
-    STATUS_QOS,
     THIRD_PERSON_TOPIC,
     WRIST_TOPIC,
     SimNode,

@@ -19,7 +19,7 @@ from heisd_ros.decoding.acceptance import exact_rule
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
 from heisd_ros.decoding.hf_reference import hf_generate_action
-from heisd_ros.decoding.tree import DraftTree
+from heisd_ros.models.draft_tree import DraftTree
 from heisd_ros.models.small_vla import SmallVLA
 from heisd_ros.models.target import Prefix
 from heisd_ros.models.vocab import PAD_ID

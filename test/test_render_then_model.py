@@ -29,7 +29,7 @@ _RENDER_THEN_MODEL = textwrap.dedent("""
     assert frame.std() > 1.0, "the camera rendered a constant frame"
     # What heisd-build-db loads after heisd-collect rendered in the same demo process.
     import transformers.generation.continuous_batching  # noqa: F401  (imports torch._dynamo)
-    from heisd_ros.tools._common import load_target
+    from heisd_ros.models.loading import load_target
     load_target(None)
     print("triton loaded:", "triton" in sys.modules)
 """)

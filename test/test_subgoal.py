@@ -9,8 +9,9 @@ import torch
 from heisd_ros.actions.normalization import ActionStats
 from heisd_ros.data.observation import Observation
 from heisd_ros.models.small_vla import SmallVLA
-from heisd_ros.models.subgoal import CLIP, N_TARGETS, SCALE_M, subgoal_targets
-from heisd_ros.models.vla_training import DemoCache, VLATrainConfig, VLATrainer, split_episodes
+from heisd_ros.models.subgoal import CLIP, N_TARGETS, SCALE_M
+from heisd_ros.training.subgoal import subgoal_targets
+from heisd_ros.training.vla_training import DemoCache, VLATrainConfig, VLATrainer, split_episodes
 from test.test_vla_training import TINY_STEM
 
 
@@ -133,8 +134,8 @@ def test_no_weight_no_head():
 
 
 def test_vision_objective_can_carry_the_subgoals():
-    from heisd_ros.models.subgoal import subgoal_targets as targets_of
-    from heisd_ros.models.vision_pretraining import N_TARGETS as N_VISION
+    from heisd_ros.training.subgoal import subgoal_targets as targets_of
+    from heisd_ros.training.vision_pretraining import N_TARGETS as N_VISION
 
     cache = two_task_cache()
     vla = SmallVLA.random(TINY_STEM, seed=0).with_instruction_film(8)
@@ -150,7 +151,7 @@ def test_vision_objective_can_carry_the_subgoals():
 
 
 def test_steps_before_the_first_grasp():
-    from heisd_ros.models.subgoal import before_first_grasp
+    from heisd_ros.training.subgoal import before_first_grasp
 
     gripper = np.array([0, 0, 1, 0, 1, 0, 0, 0, 1, 1, 0])
     episode = np.array([0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2])

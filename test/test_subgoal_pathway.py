@@ -14,8 +14,8 @@ from heisd_ros.data.observation import Observation
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.models.checkpoint import load_small_vla
 from heisd_ros.models.small_vla import SmallVLA
-from heisd_ros.models.subgoal import pretrain_subgoal_pathway, subgoal_targets
-from heisd_ros.models.vla_training import (
+from heisd_ros.training.subgoal import pretrain_subgoal_pathway, subgoal_targets
+from heisd_ros.training.vla_training import (
     PATHWAY_PREDICTOR,
     VLATrainConfig,
     VLATrainer,

@@ -13,9 +13,9 @@ import pytest
 from heisd_ros.data.npz_episodes import episode_path, save_episode
 from heisd_ros.models.checkpoint import save_draft_head
 from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
+from heisd_ros.models.loading import load_target
 from heisd_ros.retrieval.embedding import model_fingerprint
 from heisd_ros.tools import bench, build_db, train_drafter
-from heisd_ros.tools._common import load_target
 from test.openvla_fixtures import TINY_VISION, write_tiny_openvla
 from test.test_build_db import synth_episode
 

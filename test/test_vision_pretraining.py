@@ -7,14 +7,14 @@ import pytest
 
 from heisd_ros.actions.normalization import ActionStats
 from heisd_ros.models.small_vla import SmallVLA
-from heisd_ros.models.vision_pretraining import (
+from heisd_ros.training.vision_pretraining import (
     DISPLACEMENT_SCALE_M,
     HORIZONS_STEPS,
     N_TARGETS,
     aux_targets,
     pretrain_vision,
 )
-from heisd_ros.models.vla_training import VLATrainConfig, VLATrainer, split_episodes
+from heisd_ros.training.vla_training import VLATrainConfig, VLATrainer, split_episodes
 from test.test_vla_training import TINY_STEM, synthetic_cache
 
 

@@ -13,10 +13,12 @@ from heisd_ros.actions.bins import N_BINS
 from heisd_ros.actions.normalization import ActionCodec, ActionStats
 from heisd_ros.data.observation import Observation
 from heisd_ros.decoding.decoder import ActionDecoder
+from heisd_ros.eval.metrics import wilson_interval
 from heisd_ros.models.checkpoint import load_small_vla
 from heisd_ros.models.small_vla import SmallVLA
 from heisd_ros.models.small_vla_config import SmallVLAConfig
-from heisd_ros.models.vla_training import (
+from heisd_ros.tools.train_vla import save_model
+from heisd_ros.training.vla_training import (
     DemoCache,
     VLATrainConfig,
     VLATrainer,
@@ -24,9 +26,7 @@ from heisd_ros.models.vla_training import (
     distillation_loss,
     soft_bin_targets,
     split_episodes,
-    wilson_interval,
 )
-from heisd_ros.tools.train_vla import save_model
 
 TINY = SmallVLAConfig(image_size_px=32, patch_size_px=16, vision_dim=32, vision_heads=2,
                       hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
@@ -317,7 +317,7 @@ def test_soft_labels_train_too():
 
 
 def test_gripper_change_steps_mark_the_change_and_the_span_after_it_within_episodes():
-    from heisd_ros.models.vla_training import gripper_change_steps
+    from heisd_ros.training.vla_training import gripper_change_steps
 
     gripper = np.array([0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1])
     episode = np.array([0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1])  # the 0 -> 1 at index 7 is a new one
@@ -336,7 +336,7 @@ def test_gripper_changes_are_sampled_by_their_weight():
         config = VLATrainConfig(steps=1, batch_size=8, gripper_change_weight=weight,
                                 gripper_change_span=1)
         trainer = VLATrainer(vla, cache, train_index, config, stats)
-        from heisd_ros.models.vla_training import gripper_change_steps
+        from heisd_ros.training.vla_training import gripper_change_steps
 
         marked = gripper_change_steps(trainer.bins[:, -1], cache.episode, 1)
         drawn = np.concatenate([trainer.rng.choice(trainer.train_index, size=8, replace=False,

@@ -11,7 +11,7 @@ from heisd_ros.data.observation import Observation
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.drafter_source import DrafterSource
 from heisd_ros.models.checkpoint import load_draft_head, load_small_vla
-from heisd_ros.tools._common import DEFAULT_TARGET_PATH
+from heisd_ros.models.loading import DEFAULT_TARGET_PATH
 
 ASSETS = DEFAULT_TARGET_PATH.parent
 

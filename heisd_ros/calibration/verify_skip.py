@@ -28,9 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from heisd_ros.data.observation import ACTION_DIM
 from heisd_ros.decoding.retrieval_tree import GroupAcceptConfig, accepted_group_path
-
-ACTION_DIM = 7
 
 
 @dataclass(frozen=True)
@@ -204,7 +203,7 @@ def collect_samples(target, retriever, episodes, router=None, max_steps: int = 0
         max_steps: steps per episode (0 = all).
         config: calibration settings.
     """
-    from heisd_ros.decoding.tree import DraftTree
+    from heisd_ros.models.draft_tree import DraftTree
     from heisd_ros.retrieval.embedding import embedding_from_features
 
     cfg = config or CalibrationConfig()

@@ -1,6 +1,7 @@
 """Decoding: AR, draft trees, tree verification, acceptance rules, speculative decoders.
 
-- ``tree``: :class:`DraftTree`, the token-tree contract every draft source produces.
+- The token tree every draft source produces is ``heisd_ros.models.draft_tree.DraftTree``
+  (the target verifies it, so it sits below both).
 - ``draft_source``: :class:`DraftSource` (``propose`` / ``feedback``), :class:`DraftContext`.
 - ``acceptance``: :class:`VerifyView`, ``exact_rule``, :class:`RelaxedRule`.
 - ``step``: ``speculative_step``, one verify-accept-commit-bonus round.

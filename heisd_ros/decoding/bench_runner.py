@@ -114,7 +114,7 @@ def cost_profile(target, head, observation: Observation, tree_nodes: int = 16,
 
     The ratios are draft-head forward / target decode forward and vision / AR action.
     """
-    from heisd_ros.decoding.tree import DraftTree
+    from heisd_ros.models.draft_tree import DraftTree
 
     prefix = target.encode(observation)
     vision_ms = _median_ms(lambda: target.encode(observation), repeats)

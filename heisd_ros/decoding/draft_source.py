@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from heisd_ros.data.observation import Observation
-from heisd_ros.decoding.tree import DraftTree
+from heisd_ros.models.draft_tree import DraftTree
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from heisd_ros.decoding.draft_source import DraftContext, DraftSource
-from heisd_ros.decoding.tree import DraftTree
 from heisd_ros.models.draft_head import DraftHead, DraftKV
+from heisd_ros.models.draft_tree import DraftTree
 from heisd_ros.models.target import TargetVLA
 
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from heisd_ros.decoding.retrieval_groups import ACTION_DIM, GRIPPER_GROUP, GROUPS, NUM_BINS
+from heisd_ros.data.observation import ACTION_DIM
+from heisd_ros.decoding.retrieval_groups import GRIPPER_GROUP, GROUPS, NUM_BINS
 
 if TYPE_CHECKING:
     from heisd_ros.decoding.retrieval_tree import GroupTree

@@ -12,7 +12,6 @@ import numpy as np
 GROUPS: tuple[tuple[int, ...], ...] = ((0, 1, 2), (3, 4, 5), (6,))
 GROUP_NAMES: tuple[str, ...] = ("position", "rotation", "gripper")
 GRIPPER_GROUP = 2
-ACTION_DIM = 7
 NUM_BINS = 256
 
 

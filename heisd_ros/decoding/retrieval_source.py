@@ -35,7 +35,7 @@ from heisd_ros.decoding.retrieval_tree import (
     accepted_group_path,
     build_group_tree,
 )
-from heisd_ros.decoding.tree import DraftTree
+from heisd_ros.models.draft_tree import DraftTree
 from heisd_ros.retrieval.embedding import embedding_from_features
 from heisd_ros.retrieval.errors import RetrievalStatus
 from heisd_ros.retrieval.records import Candidate, score_problem

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from heisd_ros.data.observation import ACTION_DIM
 from heisd_ros.decoding.retrieval_accept import (  # noqa: F401 - re-exported
     GroupAcceptConfig,
     GroupRule,
@@ -34,7 +35,6 @@ from heisd_ros.decoding.retrieval_accept import (  # noqa: F401 - re-exported
     token_view,
 )
 from heisd_ros.decoding.retrieval_groups import (  # noqa: F401 - re-exported
-    ACTION_DIM,
     GRIPPER_GROUP,
     GROUP_NAMES,
     GROUPS,
@@ -88,7 +88,7 @@ class GroupTree:
 
     def to_draft_tree(self):
         """The project-wide ``DraftTree`` (no log-probs: retrieval has none)."""
-        from heisd_ros.decoding.tree import DraftTree  # numpy-only module
+        from heisd_ros.models.draft_tree import DraftTree  # numpy-only module
 
         return DraftTree(self.tokens, self.parents, None, source="retrieval")
 

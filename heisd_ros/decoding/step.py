@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from heisd_ros.decoding.acceptance import AcceptanceRule, VerifyView, first_rejected_dim
-from heisd_ros.decoding.tree import DraftTree
+from heisd_ros.models.draft_tree import DraftTree
 from heisd_ros.models.target import DecodeState, TargetVLA
 
 

@@ -192,7 +192,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     """(context, description) for the tools: the default target and, if needed, a drafter.
 
     The target is ``target_path``, else the shipped small VLA, else a seeded random init
-    (``heisd_ros.tools._common.load_target``). A draft head is loaded only when a method uses
+    (``heisd_ros.models.loading.load_target``). A draft head is loaded only when a method uses
     one: ``drafter_path``, else the shipped head for the shipped small VLA, else a seeded
     untrained head, with a warning (``warn``; default: a logging warning) and
     ``description["drafter_untrained"]`` True
@@ -204,7 +204,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ``retrieval_tree_nodes``: node budget of the hybrid methods' retrieval tree (None: default).
     """
     from heisd_ros.models.draft_head_choice import choose_draft_head, target_file
-    from heisd_ros.tools._common import load_target
+    from heisd_ros.models.loading import load_target
 
     target, target_desc = load_target(target_path, seed, gripper_switch_prob=gripper_switch_prob)
     drafter, drafter_desc, untrained = None, None, False

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from heisd_ros.tools._common import DEFAULT_TARGET_PATH, file_digest
+from heisd_ros.models.loading import DEFAULT_TARGET_PATH, file_digest
 
 #: The draft head shipped with the small VLA (trained for ``DEFAULT_TARGET_PATH``).
 SHIPPED_DRAFT_HEAD = DEFAULT_TARGET_PATH.with_name("draft_head.safetensors")

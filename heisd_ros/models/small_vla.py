@@ -77,15 +77,15 @@ class SubgoalPathway(nn.Module):
     """Cameras + instruction + pose -> predicted subgoals -> an addition to the prompt's end.
 
     The decoder of a small VLA trained by behaviour cloning alone does not bind the object
-    word of its byte prompt to that object in the image (``subgoal.py``), while an encoder
-    trained directly on where the hand goes next does (the assets README). This pathway
+    word of its byte prompt to that object in the image (``training/subgoal.py``), while an
+    encoder trained directly on where the hand goes next does (the assets README). This pathway
     hands the decoder that binding as an input:
 
     * ``encoder``: a second two-camera encoder of the main one's shape whose convolutional
       stem is conditioned on the instruction words (FiLM of width ``subgoal_pathway``);
     * ``head``: an MLP from its flattened patch features and the pose features to
-      ``subgoal.py``'s targets (the EE displacement to the next two gripper changes, in units
-      of 0.1 m);
+      the targets of ``models/subgoal.py`` (the EE displacement to the next two gripper
+      changes, in units of 0.1 m);
     * ``embed``: an MLP from that prediction to the LLM's embedding space, added to the last
       prompt token (the position whose hidden state predicts the first action token; the
       action tokens attend to it). Its output layer starts at zero, so adding the pathway to

@@ -45,7 +45,7 @@ class SmallVLAConfig:
             or subgoal_pathway).
         subgoal_pathway: 0 = none; > 0 = the FiLM width of a second, instruction-conditioned
             encoder of both cameras that predicts where the hand will be at the next two
-            gripper changes (``subgoal.py``'s targets) and adds that prediction, embedded, to
+            gripper changes (``models/subgoal.py``'s targets) and adds that prediction, embedded, to
             the last prompt token (``small_vla.SubgoalPathway``; needs stem_channels, and
             proprio_dim for the pose it reads).
         max_instruction_bytes: longer instructions are cut (UTF-8 bytes).

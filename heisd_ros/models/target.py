@@ -36,7 +36,7 @@ from transformers import DynamicCache
 from heisd_ros.actions.bins import ActionTokenMap, bins_to_values
 from heisd_ros.actions.normalization import ActionCodec
 from heisd_ros.data.observation import ACTION_DIM, Observation
-from heisd_ros.decoding.tree import DraftTree
+from heisd_ros.models.draft_tree import DraftTree
 
 #: Attention implementations that honour a custom 4D additive mask (tree attention).
 MASK_CAPABLE_ATTENTION = ("eager", "sdpa")

@@ -304,7 +304,7 @@ class RoutedHybrid:
 
 def load_target(config: ModelConfig):
     """(target, description) of the configured VLA; raises with the reason on a bad path."""
-    from heisd_ros.tools._common import load_target as load
+    from heisd_ros.models.loading import load_target as load
 
     if config.threads:
         import torch

@@ -90,9 +90,9 @@ from heisd_ros.nodes.policy_messages import (
     robot_pose_msg,
 )
 from heisd_ros.nodes.policy_viz import append_pose, step_markers
+from heisd_ros.nodes.qos import STATUS_QOS
 from heisd_ros.nodes.retrieval_client import RetrievalServiceClient
 from heisd_ros.nodes.robot_msgs import seconds_to_stamp, stamp_to_seconds
-from heisd_ros.nodes.sim_node import STATUS_QOS
 from heisd_ros.srv import SetInstruction
 
 # PolicyNodeConfig and warm_up were defined here before they moved; they stay importable.

@@ -60,7 +60,6 @@ from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from std_srvs.srv import Trigger
 
@@ -68,6 +67,7 @@ from heisd_ros.msg import EECommand as EECommandMsg
 from heisd_ros.msg import EpisodeStatus
 from heisd_ros.nodes._params import dataclass_from_parameters
 from heisd_ros.nodes.image_conversion import rgb_to_image
+from heisd_ros.nodes.qos import STATUS_QOS
 from heisd_ros.nodes.robot_msgs import ee_command_from_msg, ee_pose_msg, joint_state_msg
 from heisd_ros.nodes.sim_params import SimNodeConfig, next_task, parameter_problem
 from heisd_ros.robot.controller import ControllerConfig, RobotController
@@ -79,8 +79,6 @@ from heisd_ros.sim.suites import get_task, list_suites, list_tasks
 THIRD_PERSON_TOPIC = "/camera/third_person/image_raw"
 WRIST_TOPIC = "/camera/wrist/image_raw"
 _RESET_TIMEOUT_S = 60.0
-STATUS_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                        reliability=ReliabilityPolicy.RELIABLE)
 
 
 class SimNode(Node):

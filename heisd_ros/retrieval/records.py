@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-ACTION_DIM = 7
+from heisd_ros.data.observation import ACTION_DIM
+
 NUM_BINS = 256
 LOOKAHEAD = 3  # the paper stores the current action plus the next 3
 # A candidate's score is a cosine similarity: [-1, 1], plus what float16 vectors or int8

@@ -43,11 +43,11 @@ def run(args) -> dict:
     from heisd_ros.calibration.verify_skip import CalibrationConfig, calibrate, collect_samples
     from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
     from heisd_ros.kinematics.router import KinematicRouter, RouterConfig, RouterStats
+    from heisd_ros.models.loading import load_target
     from heisd_ros.retrieval.embedding import model_fingerprint
     from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
     from heisd_ros.retrieval.store import open_store
     from heisd_ros.retrieval.store_config import StoreConfig
-    from heisd_ros.tools._common import load_target
 
     stats_dir = Path(args.stats_dir or args.db)
     offline = json.loads((stats_dir / "offline_stats.json").read_text(encoding="utf-8"))

@@ -77,11 +77,11 @@ def _stale_db_reason(db: Path) -> str | None:
     """
     if not (db / "heisd_db.json").exists():
         return None
+    from heisd_ros.models.loading import load_target
     from heisd_ros.retrieval.embedding import model_fingerprint
     from heisd_ros.retrieval.errors import MetadataMismatchError
     from heisd_ros.retrieval.store import open_store
     from heisd_ros.retrieval.store_config import StoreConfig
-    from heisd_ros.tools._common import load_target
 
     target, _ = load_target(None)
     try:

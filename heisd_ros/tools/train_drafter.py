@@ -1,7 +1,7 @@
 """heisd-train-drafter: train the EAGLE-style draft head by self-distillation.
 
 The target greedily decodes each observation; the head learns to predict the target's
-hidden states and action distributions (see ``heisd_ros.models.draft_training``).
+hidden states and action distributions (see ``heisd_ros.training.draft_training``).
 
 Examples:
     # synthetic scenes, random-init (or shipped) target, 600 steps
@@ -38,7 +38,11 @@ def train(target, target_description: str, observations, heldout, out_dir, confi
 
     from heisd_ros.models.checkpoint import save_draft_head
     from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
-    from heisd_ros.models.draft_training import DrafterTrainer, collect_rollouts, heldout_acceptance
+    from heisd_ros.training.draft_training import (
+        DrafterTrainer,
+        collect_rollouts,
+        heldout_acceptance,
+    )
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -128,8 +132,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def run(args) -> dict:
     """Train the draft head as ``args`` say; returns the card."""
-    from heisd_ros.models.draft_training import DrafterTrainConfig
     from heisd_ros.models.synthetic_scenes import SyntheticScenes
+    from heisd_ros.training.draft_training import DrafterTrainConfig
 
     config = DrafterTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                                 seed=args.seed)

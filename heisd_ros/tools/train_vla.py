@@ -1,7 +1,7 @@
 r"""heisd-train-vla: behaviour-clone the small VLA on the simulator's npz demonstrations.
 
 Teacher forcing of the 7 action tokens, cross-entropy over the 256 action logits (see
-``heisd_ros.models.vla_training``), AdamW with warmup + cosine decay, seed-fixed and
+``heisd_ros.training.vla_training``), AdamW with warmup + cosine decay, seed-fixed and
 resumable; then a closed-loop AR evaluation on held-out seeds of every suite.
 
 Examples:
@@ -54,7 +54,7 @@ def load_or_build_cache(demos, cache_path: Path, image_size_px: int, show_progre
     from tqdm import tqdm
 
     from heisd_ros.data.npz_episodes import iter_episode_paths
-    from heisd_ros.models.vla_training import DemoCache, build_demo_cache
+    from heisd_ros.training.vla_training import DemoCache, build_demo_cache
 
     if cache_path.is_file():
         cache = DemoCache.load(cache_path)
@@ -106,7 +106,7 @@ def train(args) -> dict:
     from heisd_ros.models.checkpoint import load_small_vla
     from heisd_ros.models.small_vla import SmallVLA
     from heisd_ros.models.small_vla_config import SmallVLAConfig
-    from heisd_ros.models.vla_training import (
+    from heisd_ros.training.vla_training import (
         VLATrainConfig,
         VLATrainer,
         closed_loop_success,
@@ -272,7 +272,7 @@ def pretraining_steps(trainer, suites: list[str] | None, before_grasp: bool,
     """
     import numpy as np
 
-    from heisd_ros.models.subgoal import before_first_grasp
+    from heisd_ros.training.subgoal import before_first_grasp
 
     cache, index = trainer.cache, trainer.train_index
     keep = np.ones(len(index), bool)
@@ -298,7 +298,7 @@ def pretraining_steps(trainer, suites: list[str] | None, before_grasp: bool,
 
 def run_vision_pretraining(trainer, args, val_subset) -> dict:
     """Stage 1 (``--pretrain-vision-steps``): the auxiliary objective alone; returns its record."""
-    from heisd_ros.models.vision_pretraining import pretrain_vision
+    from heisd_ros.training.vision_pretraining import pretrain_vision
 
     if trainer.aux_head is None:
         raise ValueError("--pretrain-vision-steps needs --aux-weight > 0 (the head is shared)")
@@ -308,7 +308,7 @@ def run_vision_pretraining(trainer, args, val_subset) -> dict:
 
 def run_pathway_stage(trainer, args, val_subset) -> dict:
     """``--pathway-steps``: the subgoal pathway's predictor alone; returns its record."""
-    from heisd_ros.models.subgoal import pretrain_subgoal_pathway
+    from heisd_ros.training.subgoal import pretrain_subgoal_pathway
 
     if trainer.vla.net.subgoal is None:
         raise ValueError("--pathway-steps: the model has no subgoal pathway; add one with "

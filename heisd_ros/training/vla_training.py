@@ -459,8 +459,8 @@ class VLATrainer:
     def __init__(self, vla: SmallVLA, cache: DemoCache, train_index: np.ndarray,
                  config: VLATrainConfig, stats: ActionStats, aux_head=None,
                  teacher: SmallVLA | None = None):
-        from heisd_ros.models.subgoal import SubgoalHead, subgoal_targets
-        from heisd_ros.models.vision_pretraining import VisionAuxHead, aux_targets
+        from heisd_ros.training.subgoal import SubgoalHead, subgoal_targets
+        from heisd_ros.training.vision_pretraining import VisionAuxHead, aux_targets
 
         self.vla, self.cache, self.config = vla, cache, config
         self.train_index = np.asarray(train_index)
@@ -609,12 +609,12 @@ class VLATrainer:
             loss = (1 - cfg.distill_weight) * loss + cfg.distill_weight * distillation_loss(
                 logits, self._teacher_logits(index, images, bins, proprio))
         if self.subgoal_head is not None:
-            from heisd_ros.models.subgoal import subgoal_loss
+            from heisd_ros.training.subgoal import subgoal_loss
 
             loss = loss + cfg.subgoal_weight * subgoal_loss(self.subgoal_head, hidden,
                                                             self.subgoal_targets[index])
         if self.aux_head is not None:
-            from heisd_ros.models.vision_pretraining import aux_loss
+            from heisd_ros.training.vision_pretraining import aux_loss
 
             loss = loss + cfg.aux_weight * aux_loss(self.aux_head, features, proprio,
                                                     self.aux_targets[index])
@@ -660,7 +660,7 @@ class VLATrainer:
                                                           proprio, features=features,
                                                           subgoal_words=batch.subgoal_words)
             if self.pathway_targets is not None:
-                from heisd_ros.models.subgoal import pathway_loss
+                from heisd_ros.training.subgoal import pathway_loss
 
                 pathway_total += float(pathway_loss(self.vla, batch,
                                                     self.pathway_targets[chunk])) * len(chunk)
@@ -668,12 +668,12 @@ class VLATrainer:
                 distill_total += float(distillation_loss(logits, self._teacher_logits(
                     chunk, images, bins, proprio))) * len(chunk)
             if self.subgoal_head is not None:
-                from heisd_ros.models.subgoal import subgoal_loss
+                from heisd_ros.training.subgoal import subgoal_loss
 
                 subgoal_total += float(subgoal_loss(self.subgoal_head, hidden,
                                                     self.subgoal_targets[chunk])) * len(chunk)
             if self.aux_head is not None:
-                from heisd_ros.models.vision_pretraining import aux_loss
+                from heisd_ros.training.vision_pretraining import aux_loss
 
                 aux_total += float(aux_loss(self.aux_head, features, proprio,
                                             self.aux_targets[chunk])) * len(chunk)
@@ -763,16 +763,6 @@ def train_stage(trainer: VLATrainer, params: list[torch.nn.Parameter],
     return losses
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a success rate."""
-    if n == 0:
-        return (float("nan"), float("nan"))
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
 def closed_loop_success(vla: SmallVLA, codec: ActionCodec, suites: list[str],
                         episodes_per_task: int, seed: int, image_size_px: int,
                         max_steps: int | None = None,
@@ -783,6 +773,7 @@ def closed_loop_success(vla: SmallVLA, codec: ActionCodec, suites: list[str],
     plus ``"mean_over_suites"``; ``progress(task, successes)`` is called after each task.
     """
     from heisd_ros.decoding.decoder import ActionDecoder
+    from heisd_ros.eval.metrics import wilson_interval
     from heisd_ros.sim.config import SimConfig
     from heisd_ros.sim.runner import run_episodes
     from heisd_ros.sim.suites import list_tasks
@@ -803,6 +794,7 @@ def closed_loop_success(vla: SmallVLA, codec: ActionCodec, suites: list[str],
                 progress(f"{suite}/{task}", run.successes)
         n = episodes_per_task * len(tasks)
         results[suite] = {"successes": total, "episodes": n, "success_rate": total / n,
-                          "wilson95": wilson_interval(total, n), "tasks": tasks}
+                          # z = 1.96, as the shipped card's figures were computed
+                          "wilson95": wilson_interval(total, n, z=1.96), "tasks": tasks}
     results["mean_over_suites"] = float(np.mean([results[s]["success_rate"] for s in suites]))
     return results

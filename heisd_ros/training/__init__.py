@@ -1,0 +1,10 @@
+"""Training: behaviour cloning of the small VLA, its auxiliary objectives, the draft head.
+
+- ``vla_training``: the demonstration cache, the trainer and the closed-loop check of a run.
+- ``vision_pretraining`` / ``subgoal``: the auxiliary vision and subgoal objectives and the
+  subgoal pathway's own stage.
+- ``draft_training``: self-distillation of the draft head on the target's greedy rollouts.
+
+Inference (``models``, ``decoding``, ``retrieval``, ``nodes``, ``sim``, ``eval``) never
+imports this package; ``heisd-train-vla`` and ``heisd-train-drafter`` do.
+"""
