@@ -244,6 +244,9 @@ def driver(context, tmp_path_factory):
         # A loaded 2-core CI box can starve the node's threads for half a second; the shipped
         # 0.5 s would then latch a CAN fault in the middle of an unrelated test.
         "piper.stale_feedback_s": 1.0,
+        # The command-age rule has its own test (test_driver_command_stream); here a starved
+        # process that hands a fresh command over late must not make it stale.
+        "controller.max_command_age_s": 30.0,
     })
     drv = Driver(ctx, proc)
     try:
