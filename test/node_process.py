@@ -8,29 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 
 
 def write_params(path: Path, node_name: str, overrides: dict, strict: bool = True) -> Path:
-    """Write the shipped ``config/<node_name>.yaml`` with ``overrides`` applied to ``path``.
+    """The shipped ``config/<node_name>.yaml`` with ``overrides``, written to ``path``.
 
-    Keys like ``"safety.max_step_m"`` address nested parameters. With ``strict`` an override
-    of a parameter the shipped YAML lacks is an error (the YAML must list every parameter).
-    The file applies to ``/**`` so it holds whatever the node is renamed to.
+    See :func:`heisd_ros.nodes.graph.write_params_file` (a missing parameter fails the test).
     """
-    shipped = yaml.safe_load((REPO / "config" / f"{node_name}.yaml").read_text())
-    merged = shipped[node_name]["ros__parameters"]
-    for key, value in overrides.items():
-        *parents, leaf = key.split(".")
-        node = merged
-        for part in parents:
-            node = node[part]
-        assert not strict or leaf in node, f"{key} is not in the shipped YAML"
-        node[leaf] = value
-    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": merged}}))
-    return path
+    from heisd_ros.nodes.graph import write_params_file
+
+    return write_params_file(path, node_name, overrides, strict)
 
 
 class NodeProcess:

@@ -9,7 +9,7 @@ heisd-record) load their resources into a :class:`MethodContext` (:func:`make_co
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,6 @@ class MethodContext:
         tree: ``DraftTreeConfig`` of the drafter, None for its default.
         retrieval_tree: ``GroupTreeConfig`` of the retrieval tree that rides in the prefill,
             None for its default.
-        extra: free-form options passed through to hybrid factories.
         tasks: the DB collections this process will query (empty = all); an in-process
             store loads only these, so worker processes sharing one DB never lock each
             other's shards.
@@ -53,7 +52,6 @@ class MethodContext:
     relaxed_radius_bins: tuple[int, ...] = DEFAULT_RELAXED_RADIUS_BINS
     tree: Any = None
     retrieval_tree: Any = None
-    extra: dict = field(default_factory=dict)
     tasks: tuple[str, ...] = ()
     opened_store: Any = None
 
@@ -62,13 +60,6 @@ class MethodContext:
         if self.opened_store is not None:
             self.opened_store.close()
             self.opened_store = None
-
-    def need(self, name: str, method: str) -> Any:
-        """The attribute ``name``, or a ValueError saying which method needs it."""
-        value = getattr(self, name)
-        if value is None:
-            raise ValueError(f"methods: {method!r} needs a {name} (none was given)")
-        return value
 
 
 def check_methods(names) -> list[str]:
@@ -185,7 +176,7 @@ class DecoderPolicy:
 
 def make_context(target_path: str | None, drafter_path: str | None, methods, seed: int = 0,
                  relaxed_radius_bins=DEFAULT_RELAXED_RADIUS_BINS, db_path: str | None = None,
-                 calibration: str | None = None, extra: dict | None = None,
+                 calibration: str | None = None,
                  gripper_switch_prob: str | float | None = None,
                  retrieval_tree_nodes: int | None = None,
                  warn=None) -> tuple[MethodContext, dict]:
@@ -231,7 +222,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
                              f"heisd-build-db)")
         db = StoreConfig(backend="edge", path=str(db_path))
     ctx = MethodContext(target=target, drafter=drafter, db=db, calibration=calibration,
-                        relaxed_radius_bins=tuple(relaxed_radius_bins), extra=dict(extra or {}),
+                        relaxed_radius_bins=tuple(relaxed_radius_bins),
                         retrieval_tree=retrieval_tree)
     return ctx, {"target": target_desc, "drafter": drafter_desc,
                  "drafter_untrained": untrained, "db": db_path, "calibration": calibration}

@@ -178,6 +178,31 @@ def config_dir() -> Path:
     return Path(get_package_share_directory(PACKAGE)) / "config"
 
 
+def write_params_file(path: Path, node_name: str, overrides: dict,
+                      strict: bool = True) -> Path:
+    """Write ``config/<node_name>.yaml`` with ``overrides`` applied to ``path``; return it.
+
+    Keys like ``"safety.max_step_translation_m"`` address nested parameters. With ``strict``
+    an override of a parameter the shipped YAML lacks is a ValueError (the YAML lists every
+    parameter). The file applies to ``/**``, so it holds whatever the node is renamed to.
+    """
+    import yaml
+
+    shipped = yaml.safe_load((config_dir() / f"{node_name}.yaml").read_text())
+    merged = shipped[node_name]["ros__parameters"]
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = merged
+        for part in parents:
+            node = node[part]
+        if strict and leaf not in node:
+            raise ValueError(f"{node_name}: parameter {key} is not in config/{node_name}.yaml")
+        node[leaf] = value
+    path = Path(path)
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": merged}}))
+    return path
+
+
 def rviz_problem(find_prefix: Callable[[str], str] | None = None,
                  distro: str | None = None) -> str:
     """Why ``rviz:=true`` cannot start rviz2 on this machine; "" if it can.

@@ -133,7 +133,7 @@ class PolicyNode(Node):
         self.last_problem = ""  # the live problem: cleared by the next command sent
         self.last_refusal = ""  # the last reason ever given, for diagnostics
         # node clock of the last command or refusal (start counts as one), s
-        self._last_activity_t = self.get_clock().now().nanoseconds * 1e-9
+        self._last_activity_t = self._now()
         self._received: dict[str, float] = {}  # input -> node clock of its last message, s
         self._episode_request: tuple[str, str | None, float | None] | None = None
         self._episode_status_progress: tuple[int, bool] | None = None  # (step, done)

@@ -29,25 +29,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from heisd_ros.nodes.graph import write_params_file
+
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
-
-
-def _params(tmp: Path, node: str, overrides: dict) -> Path:
-    from heisd_ros.nodes.graph import config_dir
-
-    shipped = yaml.safe_load((config_dir() / f"{node}.yaml").read_text())
-    merged = shipped[node]["ros__parameters"]
-    for key, value in overrides.items():
-        *parents, leaf = key.split(".")
-        target = merged
-        for part in parents:
-            target = target[part]
-        if leaf not in target:
-            raise SystemExit(f"{node}: parameter {key} is not in config/{node}.yaml")
-        target[leaf] = value
-    path = tmp / f"{node}.yaml"
-    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": merged}}))
-    return path
 
 
 def _start(module: str, params: Path, tmp: Path, env: dict) -> subprocess.Popen:
@@ -72,11 +56,11 @@ def main(argv=None) -> int:
     env = dict(os.environ)
     tmp = Path(tempfile.mkdtemp(prefix="heisd_graph_age_"))
     assets = ASSETS
-    policy_params = _params(tmp, "policy_node", {
+    policy_params = write_params_file(tmp / "policy_node.yaml", "policy_node", {
         "method": args.method, "instruction": "put the red block on the plate",
         "model.path": str(assets / "small_vla.safetensors"),
         "model.drafter_path": str(assets / "draft_head.safetensors")})
-    driver_params = _params(tmp, "piper_driver_node", {
+    driver_params = write_params_file(tmp / "piper_driver_node.yaml", "piper_driver_node", {
         "emulate": True, "interface": "virtual", "enable_on_start": True})
     procs = [_start("heisd_ros.nodes.piper_driver_node", driver_params, tmp, env),
              _start("heisd_ros.nodes.policy_node", policy_params, tmp, env)]
