@@ -176,13 +176,21 @@ class DriverCore:
             self.link.supervise(now, state, lost)
         self.report_sdk_log(now)
 
+    def refresh_sdk_log_count(self) -> int:
+        """Copy the captured piper_sdk line count (and newest line) into the report."""
+        capture = self._sdk_log
+        if capture is None:
+            return 0
+        total = capture.total
+        self.report.sdk_log_lines, self.report.sdk_log_last = total, capture.last
+        return total
+
     def report_sdk_log(self, now: float) -> None:
         """Count piper_sdk's captured lines; log one summary line per SDK_LOG_REPORT_S."""
         capture = self._sdk_log
         if capture is None:
             return
-        total = capture.total
-        self.report.sdk_log_lines, self.report.sdk_log_last = total, capture.last
+        total = self.refresh_sdk_log_count()
         if total == self._sdk_log_reported or now < self._next_sdk_log_report:
             return
         self._log.warning(

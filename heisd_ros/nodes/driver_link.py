@@ -106,10 +106,12 @@ class LinkSupervisor:
             return True
         if not self.connect_backoff.due(now_s):
             return False
-        report.counts["connect_attempts"] += 1
         try:
             robot.connect()
         except self._errors as exc:
+            # Counted once the attempt is over, so a published count and the SDK lines that
+            # attempt logged go together (diagnostics run on another thread).
+            report.counts["connect_attempts"] += 1
             wait = self.connect_backoff.failed(now_s)
             reason = f"CAN: cannot connect to the PIPER: {exc}"
             if reason != report.connect_error:
@@ -119,6 +121,7 @@ class LinkSupervisor:
                 )
             report.connect_error = reason
             return False
+        report.counts["connect_attempts"] += 1
         self.connect_backoff.reset()
         report.connect_error = ""
         self._log.info(f"connected to the PIPER on '{self._channel[0]}' ({self._channel[1]})")

@@ -291,6 +291,7 @@ class PiperDriverNode(Node):
         self.report.counts["feedback_published"] += 1
 
     def _publish_diagnostics(self) -> None:
+        self._core.refresh_sdk_log_count()  # current, not as of the last control tick
         msg = DiagnosticArray(status=[self.arm_diagnostic(), self.controller_diagnostic()])
         if self.emulator is not None:
             msg.status.append(self.emulator_diagnostic())
