@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from heisd_ros.calibration.verify_skip import (
     precision_threshold,
     youden_threshold,
 )
+from heisd_ros.data.observation import EpisodeState
 from heisd_ros.decoding.hybrid import build_hybrid_decoder
 from heisd_ros.decoding.retrieval_tree import GroupAcceptConfig
 from heisd_ros.tools import build_db, calibrate
@@ -76,8 +78,7 @@ def test_calibrate_end_to_end_and_load_into_hybrid(demos, checkpoint, tmp_path):
         router_stats=offline["router_stats"]["suite_a"]["path"], calibration=out)
     assert hybrid.skip_threshold == cal.skip_threshold
     assert hybrid.router.config.threshold == cal.router_threshold
-    obs = scenes(1, seed=40)[0]
-    obs.extras["task"] = "task_a"
+    obs = replace(scenes(1, seed=40)[0], episode=EpisodeState("task_a"))
     got = hybrid.decode(obs)
     assert got.record.router_mode == 0 and got.stats.target_forwards >= 1   # short history
 

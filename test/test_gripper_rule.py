@@ -10,6 +10,7 @@ import torch
 
 from heisd_ros.actions.bins import bins_to_values
 from heisd_ros.actions.normalization import ActionStats
+from heisd_ros.data.observation import EpisodeState
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource
@@ -100,7 +101,7 @@ def test_the_state_changes_on_the_other_states_total_probability(tiny_random_vla
 
 def with_state(observations):
     """The observations with a known gripper state, alternating open and closed."""
-    return [replace(obs, extras={**obs.extras, "gripper_closed": i % 2 == 1})
+    return [replace(obs, episode=EpisodeState(None, i, float(i % 2)))
             for i, obs in enumerate(observations)]
 
 
@@ -222,13 +223,12 @@ def test_replay_threads_each_methods_own_gripper_decision(tiny_random_vla, tiny_
 
     vla = with_rule(tiny_random_vla, 0.2)
     frames = scenes(8, seed=5)
-    want, closed = [], None   # closed loop's bookkeeping, by hand
-    for obs in frames:
-        if closed is not None:
-            obs = replace(obs, extras={**obs.extras, "gripper_closed": closed})
+    want, gripper = [], None   # closed loop's bookkeeping, by hand
+    for t, obs in enumerate(frames):
+        obs = replace(obs, episode=EpisodeState(None, t, gripper))
         result = ActionDecoder(vla).decode(obs)
         want.append(result.tokens.tolist())
-        closed = bool(result.action[GRIPPER] > 0.5)
+        gripper = float(result.action[GRIPPER])
     stateless = [ActionDecoder(vla).decode(obs).tokens.tolist() for obs in frames]
     assert want != stateless, "the state must change a decision here, or this test cannot fail"
     decoders = {"ar": ActionDecoder(vla), "drafter": ActionDecoder(vla, DrafterSource(tiny_drafter,

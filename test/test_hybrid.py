@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from heisd_ros.data.observation import EpisodeState
 from heisd_ros.decoding.acceptance import VerifyView
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.drafter_source import DrafterSource
@@ -174,23 +176,25 @@ def test_skip_costs_zero_forwards_and_keeps_the_gripper(tiny_trained_vla):  # no
                                              retrieval=RS),
                            retrieval=RetrievalSource(client, vla.actions.vocab_base, RS),
                            router=router(0.0))
-    first = hybrid.decode(observations[0], ee_positions_m=STRAIGHT_FAST)
+    first = hybrid.decode(replace(observations[0], episode=EpisodeState()),
+                          ee_positions_m=STRAIGHT_FAST)
     assert not first.record.verify_skipped          # gripper state unknown at the first step
     assert first.record.target_forwards == 1        # perfect draft verified in the prefill
-    skipped = 0
-    for obs in observations[1:]:
+    for t, obs in enumerate(observations[1:], 1):
         want = ar_bins(vla, obs)
-        gripper_before = hybrid.decode(obs, ee_positions_m=STRAIGHT_FAST).bins[6]
-        got = hybrid.decode(obs, ee_positions_m=STRAIGHT_FAST)  # same gripper as just executed
-        if want[6] == gripper_before:
-            skipped += 1
-            assert got.record.verify_skipped and got.stats.target_forwards == 0
-            assert got.hidden is None and got.vision_features is not None
-            assert got.record.skip_similarity == pytest.approx(0.995)
-            np.testing.assert_array_equal(got.bins, want)
-        else:
-            assert not got.record.verify_skipped
-    assert skipped
+        kept = float(vla.codec.decode(want)[6])     # the draft's gripper (the perfect draft = AR)
+        # The robot has the draft's gripper state: executed without a target forward.
+        got = hybrid.decode(replace(obs, episode=EpisodeState(None, t, kept)),
+                            ee_positions_m=STRAIGHT_FAST)
+        assert got.record.verify_skipped and got.stats.target_forwards == 0
+        assert got.hidden is None and got.vision_features is not None
+        assert got.record.skip_similarity == pytest.approx(0.995)
+        np.testing.assert_array_equal(got.bins, want)
+        # The draft would change the gripper, or its state is unknown: verified.
+        for episode in (EpisodeState(None, t, 1.0 - kept), None):
+            got = hybrid.decode(replace(obs, episode=episode), ee_positions_m=STRAIGHT_FAST)
+            assert not got.record.verify_skipped and got.stats.target_forwards >= 1
+            assert "may change the gripper" in got.record.why
 
 
 def _target_gripper_bin(vla, obs, tokens6) -> int:
@@ -213,14 +217,14 @@ def test_gripper_never_changes_without_verification(tiny_trained_vla, bins, grip
                            retrieval=RetrievalSource(ScriptedClient(lambda e: ok(cands)),
                                                      vla.actions.vocab_base, RS),
                            router=router(0.0))
-    previous = None
+    previous, episode = None, EpisodeState()  # the loop's bookkeeping: every action executed
     for obs in scenes(2 + steps, seed=14)[:2]:
-        got = hybrid.decode(obs, ee_positions_m=STRAIGHT_FAST)
+        got = hybrid.decode(replace(obs, episode=episode), ee_positions_m=STRAIGHT_FAST)
         if got.record.verify_skipped:
             assert previous is not None and got.action[6] == previous
         else:
             assert got.bins[6] == _target_gripper_bin(vla, obs, got.tokens[:6])
-        previous = got.action[6]
+        previous, episode = got.action[6], episode.executed(got.action)
 
 
 @settings(max_examples=200, deadline=None)

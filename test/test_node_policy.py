@@ -236,14 +236,20 @@ def test_a_command_from_frames_too_old_when_ready_is_not_sent(graph):
     policy = graph[0]
     limit_s = policy.config.max_command_age_s
     policy.config.max_command_age_s = 1e-6  # any real transport + decode takes longer
+    before = policy.episode
     try:
         cmds, refused = send(graph)
     finally:
         policy.config.max_command_age_s = limit_s
     assert cmds == [] and "stale command" in refused, (refused, policy.last_problem)
     assert "when the action was ready" in policy.last_problem
+    # What the robot did not get leaves the episode as it was (step, gripper state).
+    assert policy.episode == before
     cmds, refused = send(graph)
     assert len(cmds) == 1 and not refused
+    after = policy.episode
+    assert after.step_index == before.step_index + 1
+    assert after.gripper_closed == (cmds[0].gripper == EECommand.GRIPPER_CLOSED)
 
 
 def _diag(out, name="policy_node: policy"):
@@ -307,3 +313,10 @@ def test_an_episode_that_starts_again_resets_the_episode_state(graph):
     cmds, _ = send(graph, ee_x_m=0.3 + 2 * policy.config.episode_jump_m + 0.01)
     assert len(cmds) == 1 and policy.episodes_started == started + 1  # a small move: no
     send(graph)                     # back to where the other tests expect the arm
+    # A new task (the DB collection) is a new episode; setting the same one again is not.
+    for task, new, steps in (("other", 1, 1), ("other", 0, 2), ("", 1, 1)):
+        started = policy.episodes_started
+        policy.set_parameters([Parameter("task", value=task)])
+        cmds, _ = send(graph)
+        assert len(cmds) == 1 and policy.episodes_started == started + new
+        assert (policy.episode.task, policy.episode.step_index) == (task or None, steps)

@@ -76,12 +76,12 @@ def _calibration(path: Path, fingerprint: str = "") -> Path:
 
 
 def _observation(task: str = TASK):
-    from heisd_ros.data.observation import Observation
+    from heisd_ros.data.observation import EpisodeState, Observation
 
     image = np.random.default_rng(0).integers(0, 255, (SIZE, SIZE, 3), np.uint8)
     return Observation(image, image, "put the red block on the plate",
                        proprio=np.array([0.3, 0.0, 0.3, 0, 0, 0, 0.07], np.float32),
-                       extras={"task": task, "step_index": 0})
+                       episode=EpisodeState(task))
 
 
 # ---------------------------------------------------------------- router statistics (db_dir)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from heisd_ros.data.observation import Observation
+from heisd_ros.data.observation import EpisodeState, Observation
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext
 from heisd_ros.decoding.retrieval_source import RetrievalSource, RetrievalSourceConfig
@@ -21,7 +23,7 @@ DIM = 8
 
 
 OBS = Observation(image_primary=np.zeros((8, 8, 3), np.uint8), image_wrist=None,
-                  instruction="stack", extras={"task": "t"})
+                  instruction="stack", episode=EpisodeState("t"))
 
 
 def context(action_id: int, committed=(), depth=7):
@@ -100,8 +102,7 @@ def test_with_a_real_store_a_perfect_draft_costs_one_forward(tmp_path, tiny_rand
                                  vla.actions.vocab_base, RetrievalSourceConfig(deadline_s=0))
         decoder = ActionDecoder(vla, source, draft_in_prefill=True)
         for obs, want in zip(obs_list, ar, strict=True):
-            obs.extras["task"] = "t"
-            got = decoder.decode(obs)
+            got = decoder.decode(replace(obs, episode=EpisodeState("t")))
             np.testing.assert_array_equal(got.tokens, want.tokens)
             assert got.stats.target_forwards == 1 and got.stats.retrieval_calls == 1
     finally:

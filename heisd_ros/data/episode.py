@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from heisd_ros.data.observation import ACTION_DIM, Observation
+from heisd_ros.data.observation import ACTION_DIM, EpisodeState, Observation
 
 #: Joint names of ``joint_positions_rad`` columns and of ``/joint_states`` (the gripper entry
 #: carries the opening in metres).
@@ -96,7 +96,8 @@ class EpisodeRecord:
         return len(self.action)
 
     def observation(self, t: int) -> Observation:
-        """Observation of step ``t``, as the policy saw it."""
+        """Observation of step ``t``, as the policy saw it (with the gripper it had)."""
+        gripper = float(self.action[t - 1][-1]) if t > 0 else None
         return Observation(
             image_primary=self.image_third_person[t], image_wrist=self.image_wrist[t],
             instruction=self.instruction,
@@ -105,7 +106,8 @@ class EpisodeRecord:
             stamp_s=float(self.stamp_s[t]),
             extras={"joint_positions_rad": np.asarray(self.joint_positions_rad[t], np.float64),
                     "ee_quat_xyzw": np.asarray(self.ee_quat_xyzw[t], np.float64),
-                    "step_index": t, "suite": self.suite, "task": self.task})
+                    "suite": self.suite},
+            episode=EpisodeState(self.task, t, gripper))
 
 
 class EpisodeRecorder:

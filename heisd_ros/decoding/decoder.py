@@ -49,11 +49,10 @@ class ActionResult:
 def gripper_state(observation: Observation) -> bool | None:
     """The gripper's current state, None when unknown.
 
-    From ``observation.extras["gripper_closed"]``: the state of the last command the robot got,
-    set by the policy runner (``DecoderPolicy``, the policy node).
+    From ``observation.episode``: the state after the last command the robot got, kept by the
+    loop that sends the commands (``DecoderPolicy``, the policy node).
     """
-    value = observation.extras.get("gripper_closed")
-    return None if value is None else bool(value)
+    return observation.episode.gripper_closed if observation.episode is not None else None
 
 
 class ActionDecoder:

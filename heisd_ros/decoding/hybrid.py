@@ -43,7 +43,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from heisd_ros.actions.normalization import ActionCodec
-from heisd_ros.data.observation import ACTION_DIM, Observation
+from heisd_ros.data.observation import (
+    ACTION_DIM,
+    GRIPPER_CLOSED_ABOVE,
+    EpisodeState,
+    Observation,
+)
 from heisd_ros.decoding.acceptance import AcceptanceRule, RelaxedRule, VerifyView, exact_rule
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
@@ -250,7 +255,6 @@ class HybridDecoder:
         self.task = task
         self.skip_threshold = float(self.config.skip_threshold)
         self._history: deque = deque(maxlen=self.config.router.window)
-        self._last_gripper: float | None = None
         self._drafter_rule = gripper_safe(RelaxedRule(self.config.relaxed_radius_bins)
                                           if sw.drafter_relaxed else exact_rule)
         self._retrieval_rule = gripper_safe(GroupRule(self.config.group_accept)
@@ -258,9 +262,8 @@ class HybridDecoder:
 
     # ------------------------------------------------------------------ episodes
     def begin_episode(self, task: str | None = None) -> None:
-        """Reset per-episode state (EE history, gripper state, demotions); set the DB task."""
+        """Reset per-episode state (EE history, demotions); set the DB task."""
         self._history.clear()
-        self._last_gripper = None
         self.task = task if task is not None else self.task
         if self.retrieval is not None:
             self.retrieval.reset_episode()
@@ -278,14 +281,17 @@ class HybridDecoder:
         """Decode one action; never raises for a retrieval problem (it degrades instead).
 
         Args:
-            observation: the current observation. ``extras["step_index"] == 0`` starts a
-                new episode; ``proprio[:3]`` (m) feeds the router's history unless
-                ``ee_positions_m`` is given.
+            observation: the current observation. Its ``episode`` (kept by the loop that
+                sends the commands) starts a new episode at step 0 and says which gripper
+                state the robot has (None: unknown, so nothing is verify-skipped);
+                ``proprio[:3]`` (m) feeds the router's history unless ``ee_positions_m`` is
+                given.
             ee_positions_m: (n, 3) last executed EE positions, oldest first (optional).
         """
         sw, clock = self.config.switches, StageClock(self.target.device)
-        if observation.extras.get("step_index") == 0:
-            self.begin_episode()
+        episode = observation.episode
+        if episode is not None and episode.starting:
+            self.begin_episode(episode.task)
         if observation.proprio is not None and len(observation.proprio) >= 3:
             self._history.append(np.asarray(observation.proprio[:3], dtype=np.float64))
         record, notes = HybridStepRecord(skip_threshold=self.skip_threshold), []
@@ -316,7 +322,7 @@ class HybridDecoder:
                 record.status = (f"retrieval {outcome.status.name.lower()}: {outcome.reason}; "
                                  f"{self._fallback_name()} mode")
 
-        if use_retrieval and sw.verify_skip and self._may_skip(outcome, notes):
+        if use_retrieval and sw.verify_skip and self._may_skip(outcome, episode, notes):
             result = self._skipped(outcome, prefix)
         else:
             result = self._verified(observation, prefix, outcome if use_retrieval else None)
@@ -328,7 +334,6 @@ class HybridDecoder:
             ms[stage] = stats.stage_ms.get(stage, 0.0)
         ms["overhead"] = max(0.0, ms["total"] - sum(ms[s] for s in STAGES[:5]))
         stats.stage_ms = ms
-        self._last_gripper = float(result.action[GRIPPER_DIM])
         _fill_result(record, result, use_retrieval, ms)
         record.why = "; ".join(notes + ([record.status] if record.status else []))
         return replace(result, record=record)
@@ -337,15 +342,17 @@ class HybridDecoder:
     def _fallback_name(self) -> str:
         return "drafter" if self.drafter is not None else "AR"
 
-    def _may_skip(self, outcome: RetrievalOutcome, notes: list[str]) -> bool:
+    def _may_skip(self, outcome: RetrievalOutcome, episode: EpisodeState | None,
+                  notes: list[str]) -> bool:
         top = outcome.candidates[0]
         # Written so that NaN (which no caller should pass: RetrievalSource refuses it) verifies.
         if not top.score >= self.skip_threshold:
             notes.append(f"verify: similarity {top.score:.4f} < {self.skip_threshold:.4f}")
             return False
         gripper = float(self.codec.decode(np.asarray(top.bins, np.int64))[GRIPPER_DIM])
-        if self._last_gripper is None or gripper != self._last_gripper:
-            notes.append("verify: the draft may change the gripper")
+        known = episode.gripper_closed if episode is not None else None
+        if known is None or (gripper > GRIPPER_CLOSED_ABOVE) != known:
+            notes.append("verify: the draft may change the gripper (or its state is unknown)")
             return False
         notes.append(f"verify-skip: similarity {top.score:.4f} >= {self.skip_threshold:.4f}")
         return True

@@ -105,8 +105,8 @@ class RetrievalOutcome:
 
 
 def task_of(observation) -> str:
-    """The DB collection key of an observation: ``extras["task"]`` if set, else the instruction."""
-    task = observation.extras.get("task") if observation.extras else None
+    """The DB collection key of an observation: its episode's task if set, else the instruction."""
+    task = observation.episode.task if observation.episode is not None else None
     return str(task) if task else observation.instruction
 
 

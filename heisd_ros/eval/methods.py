@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from heisd_ros.data.observation import EpisodeState
 from heisd_ros.decoding.builder import DEFAULT_RELAXED_RADIUS_BINS
 from heisd_ros.decoding.methods import HYBRID_METHODS, METHODS, needs_head
 
@@ -147,11 +148,12 @@ class DecoderPolicy:
     def __init__(self, decoder, task: str | None = None):
         self.decoder = decoder
         self.task = task
-        self.gripper_closed: bool | None = None  # the last command's gripper state
+        #: The episode as executed so far (every action ``act`` returns is executed).
+        self.episode = EpisodeState(task)
 
     def reset(self) -> None:
         """Forward the episode start to decoders that keep history (router windows)."""
-        self.gripper_closed = None
+        self.episode = EpisodeState(self.task)
         start_episode(self.decoder, self.task)
 
     def end_episode(self, success: bool) -> None:
@@ -162,15 +164,13 @@ class DecoderPolicy:
     def act(self, observation):
         """Decode one action; the step record goes to the runner's per-step stats.
 
-        The observation gets ``extras["gripper_closed"]``, the state of the last command
-        (the target's gripper rule needs it; unknown at an episode's first step).
+        The observation gets this policy's :class:`EpisodeState` (the step, the gripper state
+        after the last action, which the target's gripper rule and verify-skip need); the
+        returned action counts as executed.
         """
-        if self.gripper_closed is not None:
-            observation = replace(observation, extras={**observation.extras,
-                                                       "gripper_closed": self.gripper_closed})
-        result = self.decoder.decode(observation)
+        result = self.decoder.decode(replace(observation, episode=self.episode))
         action = np.asarray(result.action, dtype=np.float64)
-        self.gripper_closed = bool(action[-1] > 0.5)
+        self.episode = self.episode.executed(action)
         return action, step_record(result)
 
 

@@ -69,7 +69,7 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from visualization_msgs.msg import MarkerArray
 
 from heisd_ros.data.episode import make_proprio
-from heisd_ros.data.observation import Observation
+from heisd_ros.data.observation import EpisodeState, Observation
 from heisd_ros.msg import EECommand, EpisodeStatus, HybridStep
 from heisd_ros.nodes._params import dataclass_from_parameters
 from heisd_ros.nodes.image_conversion import ImageConversionError, compressed_to_rgb, image_to_rgb
@@ -144,8 +144,8 @@ class PolicyNode(Node):
         self._joint: JointState | None = None
         self._pose: PoseStamped | None = None
         self._step_index = 0
-        self._episode_step = 0
-        self._gripper_closed: bool | None = None  # state of the last command (gripper rule)
+        #: The episode as the driver got it: advanced only by a published command.
+        self._episode = EpisodeState(self.task or None)
         self._episode_key: tuple | None = None
         self._episode_ended = False
         self._last_step_t = -math.inf
@@ -227,8 +227,10 @@ class PolicyNode(Node):
         for param in params:
             if param.name == "instruction":
                 self.instruction = str(param.value)
-            elif param.name == "task":
+            elif param.name == "task" and str(param.value) != self.task:
+                # The task is the episode's (its DB collection): a new one starts an episode.
                 self.task = str(param.value)
+                self._request_episode(f"task parameter set to {self.task!r}", self.task)
         return SetParametersResult(successful=True)
 
     def _on_set_instruction(self, request, response):
@@ -323,8 +325,8 @@ class PolicyNode(Node):
         if request is None:
             return
         why, task, since_s = request
-        self._episode_ended, self._episode_step = False, 0
-        self._gripper_closed = None
+        self._episode_ended = False
+        self._episode = EpisodeState(task or self.task or None)
         with self._lock:
             self.gate.reset(since_s)
         self._path = Path()
@@ -332,6 +334,11 @@ class PolicyNode(Node):
             self.decoder.begin_episode(task or self.task or None)
         self.episodes_started += 1
         self.get_logger().info(f"new episode: {why}")
+
+    @property
+    def episode(self) -> EpisodeState:
+        """The current episode as the robot got it (task, step, gripper state)."""
+        return self._episode
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -361,8 +368,7 @@ class PolicyNode(Node):
         observation = Observation(
             image_primary=snap.third_person, image_wrist=snap.wrist,
             instruction=self.instruction, proprio=proprio, stamp_s=snap.stamp_s,
-            extras={"task": self.task, "step_index": self._episode_step,
-                    "gripper_closed": self._gripper_closed})
+            episode=self._episode)
         t0 = time.perf_counter()
         try:
             step = self.decoder.decode(observation)
@@ -386,7 +392,7 @@ class PolicyNode(Node):
                  decode_ms: float) -> None:
         cfg, stamp = self.config, seconds_to_stamp(stamp_s)
         self._cmd_pub.publish(command_msg(step, self._step_index, stamp, cfg.frame_id))
-        self._gripper_closed = bool(step.action[-1] > 0.5)
+        self._episode = self._episode.executed(step.action)
         self.latency.published(stamp_s, self.get_clock().now().nanoseconds * 1e-9, decode_ms)
         self.commands_sent += 1
         self._step_pub.publish(hybrid_step_msg(step, self._step_index, stamp, cfg.frame_id,
@@ -398,7 +404,6 @@ class PolicyNode(Node):
                                               robot.ee_position_m, step.source, step.fields,
                                               cfg.marker_keep))
         self._step_index += 1
-        self._episode_step += 1
         self.last_problem = ""  # a command went out: nothing holds the robot now
         self._last_activity_t = self._now()
 
