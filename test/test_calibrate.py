@@ -17,7 +17,7 @@ from heisd_ros.calibration.verify_skip import (
 )
 from heisd_ros.data.observation import EpisodeState
 from heisd_ros.decoding.hybrid import build_hybrid_decoder
-from heisd_ros.decoding.retrieval_tree import GroupAcceptConfig
+from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig
 from heisd_ros.tools import build_db, calibrate
 from test.fixtures_decoding import scenes, tiny_random_vla  # noqa: F401
 from test.test_build_db import checkpoint, demos  # noqa: F401

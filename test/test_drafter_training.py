@@ -32,7 +32,7 @@ def test_writes_head_and_card(tmp_path, tiny_trained_vla):  # noqa: F811
     assert head.config.hidden_size == tiny_trained_vla.hidden_size
     # the head names the weights it fits, so the policy node can match it after the target
     # file's metadata changes
-    from heisd_ros.nodes.policy_decoders import draft_head_fingerprint
+    from heisd_ros.models.draft_head_choice import draft_head_fingerprint
     from heisd_ros.retrieval.embedding import model_fingerprint
 
     assert draft_head_fingerprint(tmp_path / "draft_head.safetensors") == \

@@ -17,12 +17,8 @@ from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource
 from heisd_ros.decoding.hf_reference import hf_generate_action
-from heisd_ros.decoding.retrieval_tree import (
-    GroupAcceptConfig,
-    GroupRule,
-    GroupTreeConfig,
-    build_group_tree,
-)
+from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig, GroupRule
+from heisd_ros.decoding.retrieval_tree import GroupTreeConfig, build_group_tree
 from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
 from heisd_ros.models.openvla.config import OpenVLAOptions
 from heisd_ros.models.openvla.loader import load_openvla

@@ -8,17 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from heisd_ros.decoding.retrieval_tree import (
-    GROUPS,
+from heisd_ros.decoding.retrieval_accept import (
     GroupAcceptConfig,
     GroupRule,
-    GroupTreeConfig,
     accept_group_tree,
     accepted_group_path,
-    bins_from_tokens,
-    build_group_tree,
     token_view,
 )
+from heisd_ros.decoding.retrieval_groups import GROUPS, bins_from_tokens
+from heisd_ros.decoding.retrieval_tree import GroupTreeConfig, build_group_tree
 
 VOCAB = 32000
 RELAXED = GroupAcceptConfig()

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from heisd_ros.data.observation import ACTION_DIM
-from heisd_ros.decoding.retrieval_tree import GroupAcceptConfig, accepted_group_path
+from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig, accepted_group_path
 
 
 @dataclass(frozen=True)

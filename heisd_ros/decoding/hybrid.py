@@ -54,13 +54,13 @@ from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
 from heisd_ros.decoding.methods import METHODS, Switches
+from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig, GroupRule
 from heisd_ros.decoding.retrieval_source import (
     RetrievalOutcome,
     RetrievalSource,
     RetrievalSourceConfig,
     task_of,
 )
-from heisd_ros.decoding.retrieval_tree import GroupAcceptConfig, GroupRule
 from heisd_ros.decoding.stats import STAGES, StageClock, StepStats
 from heisd_ros.kinematics.router import (
     MODE_RETRIEVAL,

@@ -29,12 +29,8 @@ from typing import Protocol
 import numpy as np
 
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
-from heisd_ros.decoding.retrieval_tree import (
-    GroupAcceptConfig,
-    GroupTreeConfig,
-    accepted_group_path,
-    build_group_tree,
-)
+from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig, accepted_group_path
+from heisd_ros.decoding.retrieval_tree import GroupTreeConfig, build_group_tree
 from heisd_ros.models.draft_tree import DraftTree
 from heisd_ros.retrieval.embedding import embedding_from_features
 from heisd_ros.retrieval.errors import RetrievalStatus

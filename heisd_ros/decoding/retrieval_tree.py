@@ -13,8 +13,8 @@ Flattened to the project-wide token-tree contract: ``tokens`` (N,) vocabulary id
 (parent < child, DFS pre-order, siblings in priority order). Bin b has token id
 ``vocab_base - 1 - b`` (OpenVLA: vocab_base = 32000).
 
-The relaxed acceptance of such trees lives in ``retrieval_accept``; its names (and those of
-``retrieval_groups``) are re-exported here for existing imports. Pure numpy.
+The relaxed acceptance of such trees lives in ``retrieval_accept``, the action groups in
+``retrieval_groups``. Pure numpy.
 """
 
 from __future__ import annotations
@@ -25,23 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from heisd_ros.data.observation import ACTION_DIM
-from heisd_ros.decoding.retrieval_accept import (  # noqa: F401 - re-exported
-    GroupAcceptConfig,
-    GroupRule,
-    TokenView,
-    TreeAcceptance,
-    accept_group_tree,
-    accepted_group_path,
-    token_view,
-)
-from heisd_ros.decoding.retrieval_groups import (  # noqa: F401 - re-exported
-    GRIPPER_GROUP,
-    GROUP_NAMES,
-    GROUPS,
-    NUM_BINS,
-    bins_from_tokens,
-    tokens_from_bins,
-)
+from heisd_ros.decoding.retrieval_groups import GROUPS, NUM_BINS
 
 
 @dataclass(frozen=True)

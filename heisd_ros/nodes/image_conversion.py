@@ -35,11 +35,6 @@ def _cv_bridge():
 _BRIDGE = _cv_bridge()
 
 
-def using_cv_bridge() -> bool:
-    """True when the ROS 2 cv_bridge does the conversions here."""
-    return _BRIDGE is not None
-
-
 def _check_encoding(encoding: str) -> int:
     if encoding not in ACCEPTED_ENCODINGS:
         raise ImageConversionError(

@@ -100,9 +100,9 @@ from heisd_ros.nodes.driver_config import (
     config_from_parameters,
     controller_config_from_parameters,
 )
-from heisd_ros.nodes.driver_core import SDK_ERRORS, DriverCore
+from heisd_ros.nodes.driver_core import DriverCore
 from heisd_ros.nodes.driver_emulator import create_emulator_services
-from heisd_ros.nodes.driver_report import SDK_ERROR_REPORT_S, DriverReport
+from heisd_ros.nodes.driver_report import DriverReport
 from heisd_ros.nodes.robot_msgs import ee_command_from_msg, ee_pose_msg, joint_state_msg
 from heisd_ros.robot.base import Robot, RobotError, RobotState
 from heisd_ros.robot.controller import RobotController
@@ -112,9 +112,7 @@ from heisd_ros.robot.piper import PiperConfig, PiperRobot
 from heisd_ros.robot.piper_sdk_log import capture_sdk_log
 from heisd_ros.robot.safety import SafetyConfig, SafetyFilter
 
-# PiperDriverConfig, SDK_ERRORS and SDK_ERROR_REPORT_S were defined here before the split into
-# driver_*.py; they stay importable from this module.
-__all__ = ["SDK_ERRORS", "SDK_ERROR_REPORT_S", "PiperDriverConfig", "PiperDriverNode", "main"]
+__all__ = ["PiperDriverNode", "main"]
 
 RobotFactory = Callable[[PiperConfig], Robot]
 

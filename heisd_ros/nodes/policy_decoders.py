@@ -44,11 +44,6 @@ import numpy as np
 
 from heisd_ros.kinematics.router import ROUTER_STATS_PREFIX, router_stats_files
 from heisd_ros.models import draft_head_choice as head_choice
-from heisd_ros.models.draft_head_choice import (  # noqa: F401  (the node's names for them)
-    SHIPPED_DRAFT_HEAD,
-    draft_head_fingerprint,
-    draft_head_target,
-)
 from heisd_ros.robot.base import CommandSource
 
 #: File names ``heisd-build-db`` / ``heisd-calibrate`` write in the DB directory.

@@ -95,8 +95,7 @@ from heisd_ros.nodes.retrieval_client import RetrievalServiceClient
 from heisd_ros.nodes.robot_msgs import seconds_to_stamp, stamp_to_seconds
 from heisd_ros.srv import SetInstruction
 
-# PolicyNodeConfig and warm_up were defined here before they moved; they stay importable.
-__all__ = ["PolicyNode", "PolicyNodeConfig", "main", "warm_up"]
+__all__ = ["PolicyNode", "main"]
 
 
 class PolicyNode(Node):
