@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from heisd_ros.decoding.builder import DecoderResources
+from heisd_ros.decoding.methods import METHODS
 from heisd_ros.eval import metrics, report
-from heisd_ros.eval.methods import METHODS, MethodContext, build_method, check_methods
+from heisd_ros.eval.methods import MethodContext, build_method, check_methods
 from heisd_ros.eval.projection import ComponentCosts, project, projected_ms
 
 
@@ -94,7 +96,7 @@ def test_method_registry_names_and_errors():
     with pytest.raises(ValueError, match="valid names are"):
         check_methods(["nope"])
     with pytest.raises(ValueError, match="needs a drafter"):
-        build_method("drafter", MethodContext(target=object()))
+        build_method("drafter", MethodContext(DecoderResources(object())))
 
 
 def test_report_files_and_tables(tmp_path):

@@ -15,44 +15,31 @@ from typing import Any
 import numpy as np
 
 from heisd_ros.data.observation import EpisodeState
-from heisd_ros.decoding.builder import DEFAULT_RELAXED_RADIUS_BINS
+from heisd_ros.decoding.builder import DEFAULT_RELAXED_RADIUS_BINS, DecoderResources
 from heisd_ros.decoding.methods import HYBRID_METHODS, METHODS, needs_head
 
-__all__ = ["DEFAULT_RELAXED_RADIUS_BINS", "HYBRID_METHODS", "METHODS", "MethodContext",
-           "build_method", "check_methods", "context_from_args", "make_context", "router_stats_for"]
+__all__ = ["DecoderPolicy", "MethodContext", "build_method", "check_methods", "context_from_args",
+           "make_context", "router_stats_for"]
 
 
 @dataclass
 class MethodContext:
-    """What a method factory may use.
+    """The tools' decoder resources, plus the embedded DB they open once per process.
 
     Attributes:
-        target: the target VLA (``heisd_ros.models.target.TargetVLA``).
-        drafter: draft head (``DraftHead``) or None.
-        db: retrieval client (``Retriever``), a ``StoreConfig`` to open in-process, or None
-            (hybrid methods then degrade to the drafter / AR per step).
-        router_stats: ``RouterStats`` or its JSON path (``heisd-build-db`` writes one per
-            suite); the router methods need it.
-        calibration: verify-skip/router calibration (object or JSON path) or None.
-        relaxed_radius_bins: per-dimension radius of the relaxed rule (gripper last).
-        tree: ``DraftTreeConfig`` of the drafter, None for its default.
-        retrieval_tree: ``GroupTreeConfig`` of the retrieval tree that rides in the prefill,
-            None for its default.
+        resources: what every method's decoder is built from (target, draft head, router
+            statistics, calibration, tree settings); the tools set ``router_stats`` per suite.
+        db: a ``StoreConfig`` of a DB to open in-process, a retrieval client (``Retriever``),
+            or None (hybrid methods then degrade to the drafter / AR per step).
         tasks: the DB collections this process will query (empty = all); an in-process
             store loads only these, so worker processes sharing one DB never lock each
             other's shards.
         opened_store: the in-process store opened from ``db`` by the first hybrid method
-            (set by the factories; None until then; :meth:`close` releases it).
+            (None until then; :meth:`close` releases it).
     """
 
-    target: Any
-    drafter: Any = None
+    resources: DecoderResources
     db: Any = None
-    router_stats: Any = None
-    calibration: Any = None
-    relaxed_radius_bins: tuple[int, ...] = DEFAULT_RELAXED_RADIUS_BINS
-    tree: Any = None
-    retrieval_tree: Any = None
     tasks: tuple[str, ...] = ()
     opened_store: Any = None
 
@@ -74,7 +61,7 @@ def check_methods(names) -> list[str]:
 
 def build_method(name: str, ctx: MethodContext):
     """The decoder of method ``name`` (ValueError listing the valid names if unknown)."""
-    from heisd_ros.decoding.builder import DecoderResources, build_decoder
+    from heisd_ros.decoding.builder import build_decoder
 
     check_methods([name])
     store = None
@@ -84,13 +71,10 @@ def build_method(name: str, ctx: MethodContext):
 
             # One embedded store per process, shared by every method's decoder (each keeps
             # its own Retriever and episode memory); it is opened and warmed up once.
-            ctx.opened_store = open_warm_store(ctx.db, ctx.target, ctx.tasks or None)
+            ctx.opened_store = open_warm_store(ctx.db, ctx.resources.target, ctx.tasks or None)
         store = ctx.opened_store
-    return build_decoder(name, DecoderResources(
-        ctx.target, draft_head=ctx.drafter, retriever=None if store is not None else ctx.db,
-        store=store, router_stats=ctx.router_stats, calibration=ctx.calibration,
-        relaxed_radius_bins=tuple(ctx.relaxed_radius_bins), drafter_tree=ctx.tree,
-        retrieval_tree=ctx.retrieval_tree))
+    return build_decoder(name, replace(ctx.resources, store=store,
+                                       retriever=None if store is not None else ctx.db))
 
 
 #: HybridStep.msg router_mode constants -> names used in reports.
@@ -221,9 +205,9 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
             raise ValueError(f"--db: {db_path} is not a directory (build one with "
                              f"heisd-build-db)")
         db = StoreConfig(backend="edge", path=str(db_path))
-    ctx = MethodContext(target=target, drafter=drafter, db=db, calibration=calibration,
-                        relaxed_radius_bins=tuple(relaxed_radius_bins),
-                        retrieval_tree=retrieval_tree)
+    ctx = MethodContext(DecoderResources(
+        target, draft_head=drafter, calibration=calibration,
+        relaxed_radius_bins=tuple(relaxed_radius_bins), retrieval_tree=retrieval_tree), db=db)
     return ctx, {"target": target_desc, "drafter": drafter_desc,
                  "drafter_untrained": untrained, "db": db_path, "calibration": calibration}
 

@@ -125,7 +125,7 @@ def _run_tasks(args, methods, tasks, bar=None):
     try:
         for suite in dict.fromkeys(s for s, _ in tasks):
             # Router statistics are per suite, so the decoders are built per suite.
-            ctx.router_stats = router_stats_for(suite, args.router_stats, args.db)
+            ctx.resources.router_stats = router_stats_for(suite, args.router_stats, args.db)
             decoders = {m: build_method(m, ctx) for m in methods}
             runs += run_interleaved_episodes(decoders, [p for p in tasks if p[0] == suite],
                                              args.episodes, args.seed, args.max_steps,

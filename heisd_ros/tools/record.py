@@ -80,7 +80,7 @@ def run(args) -> list[dict]:
 
             check_methods([args.policy])
             ctx, _ = context_from_args(args, [args.policy], warn=_warn)
-            ctx.router_stats = router_stats_for(args.suite, args.router_stats, args.db)
+            ctx.resources.router_stats = router_stats_for(args.suite, args.router_stats, args.db)
             policy = DecoderPolicy(build_method(args.policy, ctx), task=args.task)
         with tqdm(total=args.episodes, unit="episode", file=sys.stderr) as bar:
             return record_runs(policy, args.suite, args.task, args.episodes, args.seed, args.out,

@@ -133,8 +133,8 @@ def run(args) -> dict:
     if args.max_frames is not None and args.max_frames < 1:
         raise ValueError(f"--max-frames: expected >= 1, got {args.max_frames}")
     ctx, desc = context_from_args(args, methods, warn=_warn)
-    ctx.router_stats = router_stats_for(info.custom_data.get("heisd.suite"), args.router_stats,
-                                        args.db)
+    ctx.resources.router_stats = router_stats_for(info.custom_data.get("heisd.suite"),
+                                                  args.router_stats, args.db)
     decoders = {m: build_method(m, ctx) for m in methods}
     total = info.topics[topics.primary][1]
     if args.max_frames:
