@@ -108,3 +108,29 @@ def test_another_target_without_a_drafter_gets_a_flagged_untrained_head(tmp_path
     assert desc["drafter"].startswith("untrained draft head") and warnings == [desc["drafter"]]
     _ctx, desc = make_context(str(vla), None, ["ar", "retrieval"], warn=warnings.append)
     assert desc["drafter"] is None and desc["drafter_untrained"] is False  # no head needed
+
+
+@pytest.mark.parametrize("tool", ["eval", "replay", "record"])
+def test_the_retrieval_deadline_option_reaches_every_hybrid_decoder(tool, tmp_path):
+    from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
+    from heisd_ros.eval.methods import build_method, context_from_args
+    from heisd_ros.tools import eval as eval_tool
+    from heisd_ros.tools import record as record_tool
+    from heisd_ros.tools import replay as replay_tool
+    from test.test_hybrid_helpers import ScriptedClient, ok
+
+    module = {"eval": eval_tool, "replay": replay_tool, "record": record_tool}[tool]
+    first = {"eval": ["--suites", "piper_goal"], "replay": ["some_bag"],
+             "record": ["--suite", "piper_goal", "--task", "t", "--out", str(tmp_path)]}[tool]
+    parser = module.build_parser()
+    for option, want_s in (([], RetrievalSourceConfig().deadline_s),
+                           (["--retrieval-deadline-ms", "0"], 0.0),
+                           (["--retrieval-deadline-ms", "12.5"], 0.0125)):
+        args = parser.parse_args(first + option)
+        ctx, _ = context_from_args(args, ["ar", "retrieval"])
+        ctx.db = ScriptedClient(lambda _embedding: ok([]))  # any retrieval client
+        decoder = build_method("retrieval", ctx)
+        assert decoder.retrieval.config.deadline_s == pytest.approx(want_s)
+    args = parser.parse_args(first + ["--retrieval-deadline-ms", "-1"])
+    with pytest.raises(ValueError, match="--retrieval-deadline-ms"):
+        context_from_args(args, ["ar", "retrieval"])

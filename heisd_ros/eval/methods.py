@@ -163,6 +163,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
                  calibration: str | None = None,
                  gripper_switch_prob: str | float | None = None,
                  retrieval_tree_nodes: int | None = None,
+                 retrieval_deadline_ms: float | None = None,
                  warn=None) -> tuple[MethodContext, dict]:
     """(context, description) for the tools: the default target and, if needed, a drafter.
 
@@ -177,6 +178,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ``gripper_switch_prob`` overrides the target's gripper decision rule (a probability, or
     "none" for plain greedy; None keeps the checkpoint's, see ``TargetVLA.greedy_bins``).
     ``retrieval_tree_nodes``: node budget of the hybrid methods' retrieval tree (None: default).
+    ``retrieval_deadline_ms``: time budget of one retrieval query (0: none; None: default).
     """
     from heisd_ros.models.draft_head_choice import choose_draft_head, target_file
     from heisd_ros.models.loading import load_target
@@ -195,6 +197,14 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
             retrieval_tree = GroupTreeConfig(node_budget=retrieval_tree_nodes)
         except ValueError as err:
             raise ValueError(f"--retrieval-tree-nodes: {err}") from err
+    retrieval = None
+    if retrieval_deadline_ms is not None:
+        from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
+
+        try:
+            retrieval = RetrievalSourceConfig(deadline_s=float(retrieval_deadline_ms) / 1e3)
+        except ValueError as err:
+            raise ValueError(f"--retrieval-deadline-ms: {err}") from err
     db = None
     if db_path and any(m in HYBRID_METHODS for m in methods):
         from pathlib import Path
@@ -207,7 +217,8 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
         db = StoreConfig(backend="edge", path=str(db_path))
     ctx = MethodContext(DecoderResources(
         target, draft_head=drafter, calibration=calibration,
-        relaxed_radius_bins=tuple(relaxed_radius_bins), retrieval_tree=retrieval_tree), db=db)
+        relaxed_radius_bins=tuple(relaxed_radius_bins), retrieval=retrieval,
+        retrieval_tree=retrieval_tree), db=db)
     return ctx, {"target": target_desc, "drafter": drafter_desc,
                  "drafter_untrained": untrained, "db": db_path, "calibration": calibration}
 
@@ -225,7 +236,8 @@ def context_from_args(args, methods, warn=None) -> tuple[MethodContext, dict]:
     return make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
                         calibration=args.calibration,
                         gripper_switch_prob=args.gripper_switch_prob,
-                        retrieval_tree_nodes=args.retrieval_tree_nodes, warn=warn)
+                        retrieval_tree_nodes=args.retrieval_tree_nodes,
+                        retrieval_deadline_ms=args.retrieval_deadline_ms, warn=warn)
 
 
 def router_stats_for(suite: str | None, explicit: str | None, db_path: str | None) -> str | None:

@@ -22,7 +22,8 @@ def add_decoder_arguments(parser) -> None:
     """The options every tool that builds decoders by method name shares (eval, record, replay).
 
     ``--target``, ``--drafter``, ``--db``, ``--router-stats``, ``--calibration``,
-    ``--gripper-switch-prob``, ``--retrieval-tree-nodes``: see ``heisd_ros.eval.methods``.
+    ``--gripper-switch-prob``, ``--retrieval-tree-nodes``, ``--retrieval-deadline-ms``: see
+    ``heisd_ros.eval.methods``.
     """
     parser.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped)")
     parser.add_argument("--drafter", default=None,
@@ -45,6 +46,13 @@ def add_decoder_arguments(parser) -> None:
                              f"forward (hybrid methods; default {GroupTreeConfig().node_budget}). "
                              "On a CPU every node costs compute; on a GPU the forward is "
                              "memory-bound and nodes are cheap")
+    from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
+
+    parser.add_argument("--retrieval-deadline-ms", type=float, default=None, metavar="MS",
+                        help="time budget of one retrieval query; a later answer is dropped "
+                             "and the step decodes without it (hybrid methods; default "
+                             f"{RetrievalSourceConfig().deadline_s * 1e3:g} ms; 0 = none, which "
+                             "makes a run repeatable on a loaded machine)")
 
 
 def load_target_from_args(args):

@@ -62,6 +62,7 @@ def run(args):
     """Evaluate; returns (result JSON, episode runs)."""
     from tqdm import tqdm
 
+    from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
     from heisd_ros.decoding.retrieval_tree import GroupTreeConfig
     from heisd_ros.eval.closed_loop import summarise_by_suite
     from heisd_ros.eval.methods import check_methods
@@ -96,7 +97,10 @@ def run(args):
               "methods": methods, "episodes_per_task": args.episodes, "seed": args.seed,
               "max_steps": args.max_steps, "image_size_px": args.image_size,
               "threads": _threads(), "workers": workers,
-              "retrieval_tree_nodes": args.retrieval_tree_nodes or GroupTreeConfig().node_budget}
+              "retrieval_tree_nodes": args.retrieval_tree_nodes or GroupTreeConfig().node_budget,
+              "retrieval_deadline_ms": (args.retrieval_deadline_ms
+                                        if args.retrieval_deadline_ms is not None
+                                        else RetrievalSourceConfig().deadline_s * 1e3)}
     costs = ComponentCosts(drafter_forward_ms=args.drafter_ms)
     result = {**desc, "config": config, "suites": suites,
               "projection": project(suites["all"], costs),
