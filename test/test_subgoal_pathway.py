@@ -13,7 +13,7 @@ from heisd_ros.actions.normalization import ActionStats
 from heisd_ros.data.observation import Observation
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.models.checkpoint import load_small_vla
-from heisd_ros.models.small_vla import SmallVLA
+from heisd_ros.models.small_vla import SmallVLA, SmallVLANet
 from heisd_ros.training.subgoal import pretrain_subgoal_pathway, subgoal_targets
 from heisd_ros.training.vla_training import (
     PATHWAY_PREDICTOR,
@@ -33,6 +33,13 @@ def make_it_matter(vla: SmallVLA, std: float = 0.5) -> None:
     with torch.no_grad():
         pathway.embed[-1].weight.normal_(0.0, std)
         pathway.encoder.film.mlp[-1].weight.normal_(0.0, std)
+
+
+def instruction_first(vla: SmallVLA) -> SmallVLA:
+    """The same weights with the prompt laid out instruction first."""
+    net = SmallVLANet(dataclasses.replace(vla.config, prompt_layout="instruction_first"))
+    net.load_state_dict(vla.net.state_dict())
+    return SmallVLA(net)
 
 
 def test_added_pathway_leaves_the_actions_unchanged_until_trained():
@@ -80,8 +87,7 @@ def test_a_trained_pathway_tells_the_decoder_where_the_named_object_is():
     assert not torch.allclose(added["red"], added["green"], atol=1e-4)
     # The instruction-first layout: the last prompt token is the proprio token, after the
     # instruction-only head whose keys/values are reused.
-    first = base.with_prompt_layout("instruction_first")
-    first_path = vla.with_prompt_layout("instruction_first")
+    first, first_path = instruction_first(base), instruction_first(vla)
     obs = observation("put the red block in the basket")
     ours, theirs = first_path.encode(obs), first.encode(obs)
     assert ours.static_length == theirs.static_length < ours.embeds.shape[1] - 1
@@ -234,3 +240,30 @@ def test_command_line_adds_the_pathway_trains_it_then_the_decoder(tmp_path):
     with pytest.raises(ValueError, match="--subgoal-pathway WIDTH"):
         train_vla.main(common + ["--out", str(tmp_path / "c"), "--init-from", str(base),
                                  "--pathway-steps", "2"])
+
+
+def test_command_line_builds_the_shipped_model_in_one_run(tmp_path):
+    """As the shipped model's pathway trained: its stage, then only its embedding, in one run."""
+    from heisd_ros.tools import train_vla
+    from test.test_vla_training import cli_base_model
+
+    common = cli_base_model(tmp_path, "--stem-channels", "8", "--proprio")
+    base = tmp_path / "a" / "small_vla.safetensors"
+    assert train_vla.main(common + [
+        "--out", str(tmp_path / "b"), "--init-from", str(base), "--subgoal-pathway", "8",
+        "--pathway-steps", "3", "--pretrain-suites", "suite", "--pretrain-before-grasp",
+        "--pretrain-focus-share", "0.5", "--pretrain-batch-size", "4", "--pretrain-lr", "1e-3",
+        "--train-only", "subgoal.embed.", "--lr", "1e-3", "--pathway-lr-factor", "30"]) == 0
+    start = dict(load_small_vla(base).net.named_parameters())
+    tuned = dict(load_small_vla(tmp_path / "b" / "small_vla.safetensors").net.named_parameters())
+    # Every weight of the starting model is as it was; the pathway's parts all trained.
+    for name, param in start.items():
+        assert torch.equal(tuned[name], param), name
+    start_encoder = load_small_vla(base).net.vision.state_dict()
+    encoder = {n: p for n, p in tuned.items() if n.startswith("subgoal.encoder.")}
+    assert any(not torch.equal(p, start_encoder[n.removeprefix("subgoal.encoder.")])
+               for n, p in encoder.items() if n.removeprefix("subgoal.encoder.") in start_encoder)
+    assert tuned["subgoal.embed.2.weight"].abs().sum() > 0      # trained away from zero
+    card = json.loads((tmp_path / "b" / "card.json").read_text())
+    assert card["subgoal_pathway_stage"]["steps"] == 3
+    assert card["training"]["train_only"] == ["subgoal.embed."]

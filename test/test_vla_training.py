@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from heisd_ros.actions.bins import N_BINS
 from heisd_ros.actions.normalization import ActionCodec, ActionStats
 from heisd_ros.data.observation import Observation
 from heisd_ros.decoding.decoder import ActionDecoder
@@ -23,7 +22,6 @@ from heisd_ros.training.vla_training import (
     VLATrainConfig,
     VLATrainer,
     action_loss,
-    distillation_loss,
     soft_bin_targets,
     split_episodes,
 )
@@ -36,7 +34,7 @@ TINY_STEM = SmallVLAConfig(image_size_px=32, patch_size_px=16, vision_dim=32, vi
                            hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                            proprio_dim=7, proprio_features="pose", stem_channels=8)
 
-# The stem conditioned on the instruction words (FiLM).
+# The stem conditioned on the instruction words (FiLM; the subgoal pathway's encoder is one).
 TINY_FILM = SmallVLAConfig(image_size_px=32, patch_size_px=16, vision_dim=32, vision_heads=2,
                            hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
                            proprio_dim=7, proprio_features="pose", stem_channels=8,
@@ -124,51 +122,6 @@ def test_training_lowers_the_loss():
         trainer.train_step()
     after = trainer.evaluate(index)["loss"]
     assert after < before - 0.5, (before, after)
-
-
-def test_distillation_moves_a_policy_into_the_instruction_first_layout():
-    cache = synthetic_cache()
-    teacher_trainer = make_trainer(cache, steps=40, config=TINY_STEM)
-    for _ in range(40):
-        teacher_trainer.train_step()
-    teacher, index = teacher_trainer.vla, teacher_trainer.train_index
-    teacher.action_stats = ActionStats.from_actions(cache.actions[index])
-    teacher.net.eval()
-    student = teacher.with_prompt_layout("instruction_first")
-    config = VLATrainConfig(steps=40, batch_size=8, lr=3e-3, warmup_steps=2, seed=1,
-                            distill_weight=1.0)
-    trainer = VLATrainer(student, cache, index, config, teacher.action_stats, teacher=teacher)
-
-    def agreement() -> float:
-        """Share of teacher-forced greedy bins on which student and teacher agree."""
-        with torch.no_grad():
-            images, prompts, bins, proprio, *_ = trainer._batch(index, augment=False)
-            ours = action_loss(student, images, prompts, bins, proprio).predicted
-            theirs = trainer._teacher_logits(index, images, bins, proprio).argmax(-1)
-        return float((ours == N_BINS - 1 - theirs).float().mean())
-
-    # Same weights, other layout: a different policy that distillation pulls back.
-    before, agree_before = trainer.evaluate(index), agreement()
-    assert before["distill_kl"] > 0.05
-    for _ in range(40):
-        trainer.train_step()
-    after, agree_after = trainer.evaluate(index), agreement()
-    assert after["distill_kl"] < 0.5 * before["distill_kl"], (before, after)
-    assert agree_after > agree_before, (agree_before, agree_after)
-    # The KL of a model to itself is zero; a different model's is not.
-    same = action_loss(teacher, cache.images[:4], [teacher_trainer.prompts[e]
-                                                   for e in cache.episode[:4]],
-                       teacher_trainer.bins[:4], cache.proprio[:4]).logits
-    assert float(distillation_loss(same, same)) == pytest.approx(0.0, abs=1e-6)
-    assert float(distillation_loss(same, same.flip(-1))) > 0.1
-    # A teacher is required, and its bins must mean the student's actions.
-    with pytest.raises(ValueError, match="teacher"):
-        VLATrainer(student, cache, index, config, teacher.action_stats)
-    other = ActionStats.from_actions(cache.actions[index] * 2.0)
-    with pytest.raises(ValueError, match="action statistics"):
-        VLATrainer(student, cache, index, config, other, teacher=teacher)
-    with pytest.raises(ValueError, match="distill_weight"):
-        VLATrainConfig(distill_weight=1.5)
 
 
 def test_resume_continues_exactly(tmp_path):
@@ -393,120 +346,50 @@ def test_command_line_fine_tunes_from_a_checkpoint_keeping_its_bins(tmp_path):
             train_vla.main(common + ["--out", str(tmp_path / "d"), *bad])
 
 
-def test_command_line_fine_tunes_into_the_instruction_first_layout(tmp_path):
+def test_command_line_pretrains_the_encoder_on_the_auxiliary_objective(tmp_path):
+    """As the shipped base model was made: an encoder stage, then actions plus the objective."""
+    from heisd_ros.tools import train_vla
+
+    common = cli_base_model(tmp_path, "--stem-channels", "8", "--proprio")
+    base_path = str(tmp_path / "a" / "small_vla.safetensors")
+    assert train_vla.main(common + ["--out", str(tmp_path / "b"), "--init-from", base_path,
+                                    "--aux-weight", "1", "--pretrain-vision-steps", "2",
+                                    "--pretrain-batch-size", "4", "--pretrain-suites", "suite",
+                                    "--pretrain-before-grasp"]) == 0
+    base = load_small_vla(base_path)
+    tuned = load_small_vla(tmp_path / "b" / "small_vla.safetensors")
+    assert tuned.config == base.config
+    assert tuned.action_stats.to_json() == base.action_stats.to_json()
+    card = json.loads((tmp_path / "b" / "card.json").read_text())
+    assert card["training"]["aux_weight"] == 1.0
+    assert np.isfinite(card["final_validation"]["aux_loss"])
+    # The demos never close the gripper: every training step is before the grasp.
+    stage = card["vision_pretraining"]
+    assert stage["steps"] == 2 and stage["suites"] == ["suite"] and stage["before_grasp_only"]
+    assert stage["pool_steps"] == card["data"]["train_steps"]
+    assert np.isfinite(stage["val_aux_loss_after"])
+    # The stage trains the objective's head, which the joint training keeps using; a frozen
+    # encoder would leave the objective nothing but its head to train.
+    for bad in (["--pretrain-vision-steps", "2"],
+                ["--aux-weight", "1", "--pretrain-vision-steps", "2", "--freeze-vision"]):
+        with pytest.raises(SystemExit):
+            train_vla.main(common + ["--out", str(tmp_path / "c"), "--init-from", base_path,
+                                     *bad])
+
+
+def test_command_line_trains_only_the_named_parameters(tmp_path):
     from heisd_ros.tools import train_vla
 
     common = cli_base_model(tmp_path)
-    base = load_small_vla(tmp_path / "a" / "small_vla.safetensors")
-    assert base.config.prompt_layout == "vision_first"
-    assert train_vla.main(common + ["--out", str(tmp_path / "b"), "--init-from",
-                                    str(tmp_path / "a" / "small_vla.safetensors"),
-                                    "--prompt-layout", "instruction_first"]) == 0
-    tuned = load_small_vla(tmp_path / "b" / "small_vla.safetensors")
-    assert tuned.config == dataclasses.replace(base.config, prompt_layout="instruction_first")
-    assert tuned.action_stats.to_json() == base.action_stats.to_json()
-    before = dict(base.net.named_parameters())
-    assert any(not torch.equal(p, before[n]) for n, p in tuned.net.named_parameters())
-    obs = Observation(np.zeros((32, 32, 3), np.uint8), None, "do task 1", np.zeros(7, np.float32))
-    assert tuned.encode(obs).static_length == 1 + tuned.config.text_slot
-    # Without --prompt-layout a fine-tune keeps the layout of the model it starts from.
-    assert train_vla.main(common + ["--out", str(tmp_path / "c"), "--init-from",
-                                    str(tmp_path / "b" / "small_vla.safetensors")]) == 0
-    kept = load_small_vla(tmp_path / "c" / "small_vla.safetensors")
-    assert kept.config.prompt_layout == "instruction_first"
-    # Distilled from the model it starts from, in the other layout.
-    base_path = str(tmp_path / "a" / "small_vla.safetensors")
-    assert train_vla.main(common + ["--out", str(tmp_path / "d"), "--init-from", base_path,
-                                    "--prompt-layout", "instruction_first",
-                                    "--distill-from", base_path]) == 0
-    card = json.loads((tmp_path / "d" / "card.json").read_text())
-    assert card["validation"][-1]["distill_kl"] >= 0
-    for bad in (["--distill-weight", "0.5"], ["--distill-from", base_path],
-                ["--init-from", base_path, "--distill-from", base_path,
-                 "--distill-weight", "0"]):
-        with pytest.raises(SystemExit):
-            train_vla.main(common + ["--out", str(tmp_path / "e"), *bad])
-
-
-def test_command_line_adds_instruction_film_and_the_subgoal_objective(tmp_path):
-    from heisd_ros.tools import train_vla
-
-    common = cli_base_model(tmp_path, "--stem-channels", "8")
-    base = load_small_vla(tmp_path / "a" / "small_vla.safetensors")
-    assert base.config.instruction_film == 0
-    # The fine-tune keeps the base's sizes (no need to repeat them) and adds the FiLM.
-    assert train_vla.main(common + ["--out", str(tmp_path / "b"), "--init-from",
-                                    str(tmp_path / "a" / "small_vla.safetensors"),
-                                    "--instruction-film", "16", "--subgoal-weight", "2",
-                                    "--aux-weight", "1", "--aux-subgoals",
-                                    "--pretrain-vision-steps", "2", "--pretrain-batch-size", "4",
-                                    "--pretrain-suites", "suite", "--pretrain-before-grasp"]) == 0
-    tuned = load_small_vla(tmp_path / "b" / "small_vla.safetensors")
-    assert tuned.config == dataclasses.replace(base.config, instruction_film=16)
-    assert tuned.action_stats.to_json() == base.action_stats.to_json()
-    film = tuned.net.vision.film.mlp[-1].weight
-    assert film.abs().sum() > 0                      # trained away from its zero start
-    card = json.loads((tmp_path / "b" / "card.json").read_text())
-    assert card["training"]["subgoal_weight"] == 2.0
-    assert "subgoal_loss" in card["final_validation"]
-    # The demos never close the gripper: every training step is before the grasp.
-    stage = card["vision_pretraining"]
-    assert stage["suites"] == ["suite"] and stage["before_grasp_only"]
-    assert stage["pool_steps"] == card["data"]["train_steps"]
-
-
-def test_command_line_tunes_only_the_film_adapter(tmp_path):
-    from heisd_ros.tools import train_vla
-
-    common = cli_base_model(tmp_path, "--stem-channels", "8")
     base_path = str(tmp_path / "a" / "small_vla.safetensors")
     assert train_vla.main(common + ["--out", str(tmp_path / "b"), "--init-from", base_path,
-                                    "--instruction-film", "16", "--lr", "1e-2",
-                                    "--train-only", "vision.film."]) == 0
-    base = load_small_vla(base_path)
-    tuned = load_small_vla(tmp_path / "b" / "small_vla.safetensors")
-    assert tuned.net.vision.film.mlp[-1].weight.abs().sum() > 0
-    ours = dict(tuned.net.named_parameters())
-    for name, param in base.net.named_parameters():
-        assert torch.equal(ours[name], param), name
+                                    "--lr", "1e-2", "--train-only", "llm.lm_head."]) == 0
+    base = dict(load_small_vla(base_path).net.named_parameters())
+    tuned = dict(load_small_vla(tmp_path / "b" / "small_vla.safetensors").net.named_parameters())
+    for name, param in tuned.items():
+        assert torch.equal(param, base[name]) != name.startswith("llm.lm_head."), name
     card = json.loads((tmp_path / "b" / "card.json").read_text())
-    assert card["training"]["train_only"] == ["vision.film."]
+    assert card["training"]["train_only"] == ["llm.lm_head."]
     with pytest.raises(SystemExit):
         train_vla.main(common + ["--out", str(tmp_path / "c"), "--init-from", base_path,
-                                 "--instruction-film", "16", "--train-only", "vision.film.",
-                                 "--freeze-vision"])
-
-
-def test_command_line_pretrains_the_encoder_then_freezes_it_in_one_run(tmp_path):
-    """--pretrain-vision-steps with --freeze-vision: two stages in one run.
-
-    The encoder stage trains the encoder; the joint stage leaves it as that stage did and
-    trains the decoder.
-    """
-    from heisd_ros.tools import train_vla
-
-    common = cli_base_model(tmp_path, "--stem-channels", "8")
-    base = tmp_path / "a" / "small_vla.safetensors"
-    staged = ["--init-from", str(base), "--instruction-film", "16", "--aux-weight", "1",
-              "--aux-subgoals", "--pretrain-vision-steps", "3", "--pretrain-batch-size", "4",
-              "--freeze-vision", "--subgoal-weight", "2"]
-    # The same seeded encoder stage, followed by 1 joint step in one run and by 3 in another.
-    assert train_vla.main(common + ["--out", str(tmp_path / "pre"), *staged, "--steps", "1"]) == 0
-    assert train_vla.main(common + ["--out", str(tmp_path / "b"), *staged, "--steps", "3"]) == 0
-    start = dict(load_small_vla(base).net.named_parameters())
-    pre = dict(load_small_vla(tmp_path / "pre" / "small_vla.safetensors").net.named_parameters())
-    tuned = dict(load_small_vla(tmp_path / "b" / "small_vla.safetensors").net.named_parameters())
-    encoder = [n for n in tuned
-               if n.startswith("vision.") and not n.startswith("vision.projector.")]
-    assert encoder and any(not torch.equal(pre[n], start[n]) for n in encoder if n in start)
-    # Frozen after stage 1: equal up to the runs' float rounding (weights are saved in fp16);
-    # two more Adam steps would move them by about the learning rate.
-    drift = max((tuned[n].float() - pre[n].float()).abs().max().item() for n in encoder)
-    assert drift < 1e-3
-    assert any(not torch.equal(tuned[n], pre[n]) for n in tuned if n.startswith("llm."))
-    card = json.loads((tmp_path / "b" / "card.json").read_text())
-    assert card["training"]["freeze_vision"] and card["training"]["aux_weight"] == 0.0
-    assert card["vision_pretraining"]["steps"] == 3
-    with pytest.raises(ValueError, match="aux-weight"):
-        train_vla.main(common + ["--out", str(tmp_path / "c"), "--init-from", str(base),
-                                 "--pretrain-vision-steps", "2", "--freeze-vision"])
+                                 "--train-only", "llm.lm_head.", "--freeze-vision"])

@@ -225,19 +225,6 @@ class SmallVLA(TargetVLA):
                              f"{observation.proprio.shape[0]}")
         return torch.as_tensor(observation.proprio, device=self.device, dtype=torch.float32)
 
-    def with_instruction_film(self, width: int, seed: int = 0) -> SmallVLA:
-        """A copy whose vision stem is conditioned on the instruction (``instruction_film``).
-
-        Every existing weight is kept; the new FiLM module starts as identity, so the copy
-        decodes exactly like this model until it is trained. Its other weights are drawn from
-        ``seed`` (the global RNG is left untouched). Keeps ``action_stats`` and the gripper
-        rule.
-        """
-        if self.config.instruction_film:
-            raise ValueError(f"with_instruction_film: the model already has instruction FiLM "
-                             f"(width {self.config.instruction_film})")
-        return self._with_new_module("instruction_film", width, "vision.film.", seed)
-
     def with_subgoal_pathway(self, width: int, seed: int = 0) -> SmallVLA:
         """A copy with a :class:`SubgoalPathway` whose FiLM has width ``width``.
 
@@ -272,23 +259,6 @@ class SmallVLA(TargetVLA):
         if unexpected or any(not key.startswith(prefix) for key in missing):
             raise ValueError(f"with_{field}: state dicts differ beyond the new module "
                              f"(missing {missing}, unexpected {unexpected})")
-        copy = SmallVLA(net)
-        copy.action_stats = getattr(self, "action_stats", None)
-        copy.gripper_switch_probability = self.gripper_switch_probability
-        return copy
-
-    def with_prompt_layout(self, layout: str) -> SmallVLA:
-        """A copy with the same weights that lays its prompt out as ``layout``.
-
-        The network is unchanged (the layout only orders the prompt), but a model trained in
-        one layout decodes poorly in the other until it is fine-tuned in it. Keeps
-        ``action_stats`` and the gripper rule.
-        """
-        import dataclasses
-
-        config = dataclasses.replace(self.config, prompt_layout=layout)  # validates layout
-        net = SmallVLANet(config).to(next(self.net.parameters()).dtype)
-        net.load_state_dict(self.net.state_dict())
         copy = SmallVLA(net)
         copy.action_stats = getattr(self, "action_stats", None)
         copy.gripper_switch_probability = self.gripper_switch_probability

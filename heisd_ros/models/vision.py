@@ -11,10 +11,9 @@ feature the retrieval DB embeds.
 With ``instruction_film`` the convolutional stem is also told what to look for: the words of
 the instruction (hashed into buckets, averaged) give a per-channel scale and shift of the
 stem's second stage (FiLM, Perez et al. 2018; RT-1 conditions its image encoder on the
-instruction the same way). A small decoder does not learn to bind "the green can" in its
-byte prompt to the green patch from behaviour cloning alone; a stem that can turn up the
-named colour hands it the binding. The FiLM output layer starts at zero, so adding it to a
-trained model does not change the model until it is trained.
+instruction the same way). The subgoal pathway's encoder (``small_vla.SubgoalPathway``) is
+built this way, so that it can find the object the instruction names; the shipped model's
+main encoder has no FiLM. The FiLM output layer starts at zero (identity FiLM).
 """
 
 from __future__ import annotations

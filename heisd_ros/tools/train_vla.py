@@ -9,17 +9,10 @@ Examples:
         --seed 1000 --out data/demos_128 --format npz --image-size 128
     heisd-train-vla --demos data/demos_128 --out runs/vla --steps 3000 --threads 2
     heisd-train-vla --demos data/demos_128 --out runs/vla --steps 3000 --resume
-    # teach the vision stem to find the object the instruction names (instruction FiLM,
-    # subgoal targets; half the draws from piper_object's steps before the first grasp, half
-    # from every step), then train the decoder on it with the encoder frozen: one run
-    heisd-train-vla --demos data/demos_128 --out runs/vla_film \
-        --init-from runs/vla/small_vla.safetensors --instruction-film 64 --aux-weight 1 \
-        --aux-subgoals --pretrain-vision-steps 3000 --pretrain-suites piper_object \
-        --pretrain-before-grasp --pretrain-focus-share 0.5 --freeze-vision \
-        --subgoal-weight 5 --steps 2500
-    # a subgoal pathway: a second, instruction-conditioned encoder first learns where the
-    # hand goes next (same draws), then only its embedding trains on the actions, steering
-    # the trained decoder, which stays as it was (so do both encoders)
+    # a subgoal pathway (as the shipped model's): a second, instruction-conditioned encoder
+    # first learns where the hand goes next (half the draws from piper_object's steps before
+    # the first grasp, half from every step), then only its embedding trains on the actions,
+    # steering the trained decoder, which stays as it was (so do both encoders)
     heisd-train-vla --demos data/demos_128 --out runs/vla_path \
         --init-from runs/vla/small_vla.safetensors --subgoal-pathway 64 \
         --pathway-steps 3000 --pretrain-suites piper_object --pretrain-before-grasp \
@@ -37,7 +30,6 @@ resized images are cached in ``OUT/demo_cache_<S>.npz`` (or ``--cache``).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shlex
 import sys
@@ -122,10 +114,8 @@ def train(args) -> dict:
         num_layers=args.layers, hidden_size=args.hidden, intermediate_size=args.intermediate,
         num_heads=args.heads, vision_dim=args.vision_dim, vision_layers=args.vision_layers,
         image_size_px=args.image_size, patch_size_px=args.patch_size,
-        stem_channels=args.stem_channels, instruction_film=args.instruction_film,
-        subgoal_pathway=args.subgoal_pathway,
-        proprio_dim=7 if args.proprio else 0, proprio_features="pose" if args.proprio else "raw",
-        prompt_layout=args.prompt_layout or SmallVLAConfig().prompt_layout)
+        stem_channels=args.stem_channels, subgoal_pathway=args.subgoal_pathway,
+        proprio_dim=7 if args.proprio else 0, proprio_features="pose" if args.proprio else "raw")
     card = json.loads(card_path.read_text()) if card_path.is_file() else {}
     command = "heisd-train-vla " + " ".join(shlex.quote(a) for a in args.argv)
     card.setdefault("commands", []).append(command)
@@ -138,14 +128,9 @@ def train(args) -> dict:
         if init is not None:
             if init.action_stats is None:
                 raise ValueError(f"--init-from: {args.init_from} has no action statistics")
-            if args.instruction_film and init.config.instruction_film != args.instruction_film:
-                # Adds the FiLM module (identity at first) to a model trained without it.
-                init = init.with_instruction_film(args.instruction_film, args.seed)
             if args.subgoal_pathway and init.config.subgoal_pathway != args.subgoal_pathway:
                 # Adds the pathway (its embedding zero at first) to a model trained without it.
                 init = init.with_subgoal_pathway(args.subgoal_pathway, args.seed)
-            if args.prompt_layout and init.config.prompt_layout != args.prompt_layout:
-                init = init.with_prompt_layout(args.prompt_layout)
             model_config = init.config
         cache_path = Path(args.cache) if args.cache else out / \
             f"demo_cache_{model_config.image_size_px}.npz"
@@ -162,22 +147,10 @@ def train(args) -> dict:
                                 warmup_steps=args.warmup, shift_px=args.shift_px, seed=args.seed,
                                 label_sigma_bins=args.label_sigma_bins,
                                 aux_weight=args.aux_weight,
-                                subgoal_weight=args.subgoal_weight,
-                                aux_subgoals=args.aux_subgoals,
                                 freeze_vision=args.freeze_vision,
                                 train_only=tuple(args.train_only),
                                 pathway_lr_factor=args.pathway_lr_factor,
-                                gripper_change_weight=args.gripper_change_weight,
-                                distill_weight=args.distill_weight if args.distill_from else 0.0)
-        teacher = load_small_vla(args.distill_from) if args.distill_from else None
-        # --pretrain-vision-steps with --freeze-vision: two stages in one run. The encoder
-        # stage trains the encoder (and FiLM) on the auxiliary objective; the joint stage
-        # then keeps it as that stage left it and trains the rest without the objective.
-        pre_config = None
-        if args.freeze_vision and args.pretrain_vision_steps:
-            if not args.resume:
-                pre_config = dataclasses.replace(config, freeze_vision=False)
-            config = dataclasses.replace(config, aux_weight=0.0)
+                                gripper_change_weight=args.gripper_change_weight)
         if init is not None:
             vla = init
         else:
@@ -187,8 +160,7 @@ def train(args) -> dict:
         # Training uses PyTorch's fused attention; the checkpoint keeps the config's
         # (mask-capable) implementation for the decoders.
         vla.net.llm.set_attn_implementation("sdpa")
-        trainer = VLATrainer(vla, cache, train_index, pre_config or config, stats,
-                             teacher=teacher)
+        trainer = VLATrainer(vla, cache, train_index, config, stats)
         if args.resume:
             trainer.load_state_dict(torch.load(state_path, weights_only=False))
         rng = np.random.default_rng(args.seed + 1)
@@ -198,9 +170,6 @@ def train(args) -> dict:
         if args.pretrain_vision_steps and not args.resume:
             card["vision_pretraining"] = run_vision_pretraining(trainer, args, val_subset)
             card_path.write_text(json.dumps(card, indent=2) + "\n")
-        if pre_config is not None:
-            trainer = VLATrainer(vla, cache, train_index, config, stats,  # encoder frozen
-                                 teacher=teacher)
         if args.pathway_steps and not args.resume:
             card["subgoal_pathway_stage"] = run_pathway_stage(trainer, args, val_subset)
             card_path.write_text(json.dumps(card, indent=2) + "\n")
@@ -300,8 +269,6 @@ def run_vision_pretraining(trainer, args, val_subset) -> dict:
     """Stage 1 (``--pretrain-vision-steps``): the auxiliary objective alone; returns its record."""
     from heisd_ros.training.vision_pretraining import pretrain_vision
 
-    if trainer.aux_head is None:
-        raise ValueError("--pretrain-vision-steps needs --aux-weight > 0 (the head is shared)")
     return _run_stage(trainer, args, val_subset, pretrain_vision, args.pretrain_vision_steps,
                       "vision", "aux_loss")
 
@@ -347,136 +314,121 @@ def _run_stage(trainer, args, val_subset, train, steps: int, desc: str, loss_key
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command line of ``heisd-train-vla``."""
-    from heisd_ros.models.small_vla_config import PROMPT_LAYOUTS, SmallVLAConfig
+    from heisd_ros.models.small_vla_config import SmallVLAConfig
 
     d = SmallVLAConfig()
     parser = argparse.ArgumentParser(prog="heisd-train-vla", description=__doc__.split("\n")[0])
     parser.add_argument("--demos", required=True, help="npz demonstrations (heisd-collect)")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--cache", default=None, help="resized-image cache (.npz)")
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--warmup", type=int, default=100, help="warmup steps")
-    parser.add_argument("--shift-px", type=int, default=2, help="random image shift (augment)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--label-sigma-bins", type=float, default=0.0,
-                        help="Gaussian soft labels of this width (bins) for the continuous "
-                             "dimensions; 0 = one-hot cross-entropy")
-    parser.add_argument("--layers", type=int, default=d.num_layers)
-    parser.add_argument("--hidden", type=int, default=d.hidden_size)
-    parser.add_argument("--intermediate", type=int, default=d.intermediate_size)
-    parser.add_argument("--heads", type=int, default=d.num_heads)
-    parser.add_argument("--vision-dim", type=int, default=d.vision_dim)
-    parser.add_argument("--aux-weight", type=float, default=0.0,
-                        help="weight of the auxiliary vision objective next to the action "
-                             "tokens (future EE displacement etc.); 0 = none")
-    parser.add_argument("--subgoal-weight", type=float, default=0.0,
-                        help="weight of the auxiliary subgoal objective: from the decoder's "
-                             "last prompt token, where the hand is at the next two gripper "
-                             "changes (teaches the model to use the instruction); 0 = none")
-    parser.add_argument("--aux-subgoals", action="store_true",
-                        help="the auxiliary vision objective also regresses the subgoal "
-                             "targets (with --instruction-film: the encoder learns to find "
-                             "the named object)")
-    parser.add_argument("--freeze-vision", action="store_true",
-                        help="keep the vision encoder (and its FiLM) as the starting model "
-                             "has it, or with --pretrain-vision-steps as that stage leaves it; "
-                             "train the projector and the decoder")
-    parser.add_argument("--train-only", nargs="+", default=[], metavar="PREFIX",
-                        help="train only the parameters whose names start with a PREFIX, "
-                             "e.g. vision.film. (with --instruction-film: tune the FiLM "
-                             "adapter, every other weight as the starting model has it)")
-    parser.add_argument("--pretrain-vision-steps", type=int, default=0,
-                        help="first train the vision encoder on the auxiliary objective alone "
-                             "for this many steps (needs --aux-weight > 0)")
-    parser.add_argument("--pretrain-suites", nargs="+", default=None, metavar="SUITE",
-                        help="vision pretraining draws only from these suites' episodes "
-                             "(e.g. piper_object, where the instruction names the object)")
-    parser.add_argument("--pretrain-focus-share", type=float, default=1.0,
-                        help="with --pretrain-suites / --pretrain-before-grasp: the share of "
-                             "vision pretraining draws that come from those steps; the rest "
-                             "come from every training step (default 1: only those steps)")
-    parser.add_argument("--pretrain-before-grasp", action="store_true",
-                        help="vision pretraining draws only from the steps before each "
-                             "episode's first grasp (with --aux-subgoals: where is the named "
-                             "object)")
-    parser.add_argument("--pretrain-batch-size", type=int, default=64)
-    parser.add_argument("--pretrain-lr", type=float, default=1e-3)
-    parser.add_argument("--instruction-film", type=int, default=d.instruction_film,
-                        help="width of the instruction-word embedding that conditions the "
-                             "vision stem (FiLM); 0 = none. With --init-from a model without "
-                             "it, the module is added as identity and trained")
-    parser.add_argument("--subgoal-pathway", type=int, default=d.subgoal_pathway,
-                        metavar="WIDTH",
-                        help="a second, instruction-conditioned (FiLM of this width) encoder "
-                             "that predicts where the hand is at the next two gripper changes "
-                             "and feeds that to the decoder with the proprio token; 0 = none. "
-                             "With --init-from a model without it, it is added (the decoder's "
-                             "input unchanged until trained). Needs --proprio and a stem")
-    parser.add_argument("--pathway-steps", type=int, default=0,
-                        help="first train the subgoal pathway's encoder and head alone on "
-                             "its targets for this many steps (--pretrain-batch-size, "
-                             "--pretrain-lr and the --pretrain-suites/--pretrain-before-grasp/"
-                             "--pretrain-focus-share draws); the action loss never trains them")
-    parser.add_argument("--pathway-lr-factor", type=float, default=1.0,
-                        help="learning rate of the subgoal pathway's embedding relative to "
-                             "--lr (it starts at zero; a fine-tune's small rate keeps it too "
-                             "small for the decoder to read)")
-    parser.add_argument("--prompt-layout", choices=PROMPT_LAYOUTS, default=None,
-                        help="order of the prompt: vision_first (OpenVLA's; the default of a new "
-                             "model) or instruction_first (the instruction's keys/values are "
-                             "computed once per episode). With --init-from: the model's own "
-                             "layout unless given")
-    parser.add_argument("--distill-from", default=None, metavar="MODEL",
-                        help="a trained small VLA (same action statistics) whose action "
-                             "distributions the model learns to match (knowledge distillation), "
-                             "e.g. to move it into another --prompt-layout with its behaviour")
-    parser.add_argument("--distill-weight", type=float, default=None,
-                        help="with --distill-from: share of the loss that is the KL divergence "
-                             "to the teacher (default 1: the action loss is not used)")
-    parser.add_argument("--vision-layers", type=int, default=d.vision_layers)
-    parser.add_argument("--image-size", type=int, default=d.image_size_px,
-                        help="camera images are resized to this many pixels square")
-    parser.add_argument("--patch-size", type=int, default=d.patch_size_px,
-                        help="pixels per vision token side")
-    parser.add_argument("--stem-channels", type=int, default=d.stem_channels,
-                        help="0 = linear patch embedding; > 0 = convolutional stem width")
-    parser.add_argument("--proprio", action="store_true",
-                        help="feed the EE pose + gripper width as one token (sin/cos angles)")
-    parser.add_argument("--heldout-per-task", type=int, default=1,
-                        help="validation episodes per task (the last seeds)")
-    parser.add_argument("--val-every", type=int, default=250)
-    parser.add_argument("--val-samples", type=int, default=512)
-    parser.add_argument("--checkpoint-every", type=int, default=50)
-    parser.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt")
-    parser.add_argument("--init-from", default=None, metavar="SAFETENSORS",
-                        help="fine-tune: start from this small VLA's weights, architecture and "
-                             "action bins (a new optimiser and schedule; the architecture "
-                             "options are ignored)")
-    parser.add_argument("--action-quantile", type=float, default=None,
-                        help="action bins span the [q, 1 - q] quantiles of the training "
-                             "actions per dimension (default 0.01, as OpenVLA); smaller keeps "
-                             "the clipped edge bins rare (see ActionStats.from_actions)")
-    parser.add_argument("--new-action-stats", action="store_true",
-                        help="with --init-from: compute the bins from this data with "
-                             "--action-quantile instead of keeping the model's")
-    parser.add_argument("--gripper-change-weight", type=float, default=1.0,
-                        help="sampling weight of the steps around a gripper change (1 = "
-                             "uniform; see VLATrainConfig)")
-    parser.add_argument("--eval-only", action="store_true",
-                        help="skip training; evaluate OUT/small_vla.safetensors")
-    parser.add_argument("--eval-episodes", type=int, default=5,
-                        help="closed-loop episodes per task (0 = skip)")
-    parser.add_argument("--eval-seed", type=int, default=0,
-                        help="first closed-loop seed; keep it outside the demos' seeds (the "
-                             "documented datasets use 1000 and up; heisd-eval starts at 0 too)")
-    parser.add_argument("--eval-image-size", type=int, default=128,
-                        help="simulator camera size (the demos' size)")
-    parser.add_argument("--eval-max-steps", type=int, default=None)
-    parser.add_argument("--suites", nargs="+", default=list(DEFAULT_SUITES))
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    group = parser.add_argument_group("optimisation")
+    group.add_argument("--steps", type=int, default=3000)
+    group.add_argument("--batch-size", type=int, default=32)
+    group.add_argument("--lr", type=float, default=1e-3)
+    group.add_argument("--warmup", type=int, default=100, help="warmup steps")
+    group.add_argument("--shift-px", type=int, default=2, help="random image shift (augment)")
+    group.add_argument("--seed", type=int, default=0)
+    group.add_argument("--label-sigma-bins", type=float, default=0.0,
+                       help="Gaussian soft labels of this width (bins) for the continuous "
+                            "dimensions; 0 = one-hot cross-entropy")
+    group.add_argument("--gripper-change-weight", type=float, default=1.0,
+                       help="sampling weight of the steps around a gripper change (1 = "
+                            "uniform; see VLATrainConfig)")
+    group.add_argument("--aux-weight", type=float, default=0.0,
+                       help="weight of the auxiliary vision objective next to the action "
+                            "tokens (future EE displacement etc.); 0 = none")
+
+    group = parser.add_argument_group("a new model's architecture (ignored with --init-from)")
+    group.add_argument("--layers", type=int, default=d.num_layers)
+    group.add_argument("--hidden", type=int, default=d.hidden_size)
+    group.add_argument("--intermediate", type=int, default=d.intermediate_size)
+    group.add_argument("--heads", type=int, default=d.num_heads)
+    group.add_argument("--vision-dim", type=int, default=d.vision_dim)
+    group.add_argument("--vision-layers", type=int, default=d.vision_layers)
+    group.add_argument("--image-size", type=int, default=d.image_size_px,
+                       help="camera images are resized to this many pixels square")
+    group.add_argument("--patch-size", type=int, default=d.patch_size_px,
+                       help="pixels per vision token side")
+    group.add_argument("--stem-channels", type=int, default=d.stem_channels,
+                       help="0 = linear patch embedding; > 0 = convolutional stem width")
+    group.add_argument("--proprio", action="store_true",
+                       help="feed the EE pose + gripper width as one token (sin/cos angles)")
+
+    group = parser.add_argument_group("fine-tuning and resuming")
+    group.add_argument("--init-from", default=None, metavar="SAFETENSORS",
+                       help="fine-tune: start from this small VLA's weights, architecture and "
+                            "action bins (a new optimiser and schedule)")
+    group.add_argument("--resume", action="store_true", help="continue from OUT/train_state.pt")
+    group.add_argument("--new-action-stats", action="store_true",
+                       help="with --init-from: compute the bins from this data with "
+                            "--action-quantile instead of keeping the model's")
+    group.add_argument("--action-quantile", type=float, default=None,
+                       help="action bins span the [q, 1 - q] quantiles of the training "
+                            "actions per dimension (default 0.01, as OpenVLA); smaller keeps "
+                            "the clipped edge bins rare (see ActionStats.from_actions)")
+    group.add_argument("--freeze-vision", action="store_true",
+                       help="keep the main vision encoder as the starting model has it; "
+                            "train the projector and the decoder")
+    group.add_argument("--train-only", nargs="+", default=[], metavar="PREFIX",
+                       help="train only the parameters whose names start with a PREFIX, "
+                            "e.g. subgoal.embed. (a subgoal pathway's embedding; every other "
+                            "weight as the starting model has it)")
+
+    group = parser.add_argument_group(
+        "stages before the action loss (each trains its part alone on its own targets)")
+    group.add_argument("--pretrain-vision-steps", type=int, default=0,
+                       help="the vision encoder on the auxiliary objective (needs "
+                            "--aux-weight > 0)")
+    group.add_argument("--subgoal-pathway", type=int, default=d.subgoal_pathway,
+                       metavar="WIDTH",
+                       help="a second, instruction-conditioned (FiLM of this width) encoder "
+                            "that predicts where the hand is at the next two gripper changes "
+                            "and feeds that to the decoder at the last prompt token; 0 = "
+                            "none. With --init-from a model without it, it is added (the "
+                            "decoder's input unchanged until trained). Needs --proprio and a "
+                            "stem")
+    group.add_argument("--pathway-steps", type=int, default=0,
+                       help="the subgoal pathway's encoder and head on its targets; the action "
+                            "loss never trains them")
+    group.add_argument("--pathway-lr-factor", type=float, default=1.0,
+                       help="learning rate of the subgoal pathway's embedding relative to "
+                            "--lr (it starts at zero; a fine-tune's small rate keeps it too "
+                            "small for the decoder to read)")
+    group.add_argument("--pretrain-batch-size", type=int, default=64)
+    group.add_argument("--pretrain-lr", type=float, default=1e-3)
+    group.add_argument("--pretrain-suites", nargs="+", default=None, metavar="SUITE",
+                       help="the stages draw only from these suites' episodes (e.g. "
+                            "piper_object, where the instruction names the object)")
+    group.add_argument("--pretrain-before-grasp", action="store_true",
+                       help="the stages draw only from the steps before each episode's first "
+                            "grasp (where the subgoal is the named object)")
+    group.add_argument("--pretrain-focus-share", type=float, default=1.0,
+                       help="with --pretrain-suites / --pretrain-before-grasp: the share of "
+                            "the draws that come from those steps; the rest come from every "
+                            "training step (default 1: only those steps)")
+
+    group = parser.add_argument_group("validation and checkpoints")
+    group.add_argument("--heldout-per-task", type=int, default=1,
+                       help="validation episodes per task (the last seeds)")
+    group.add_argument("--val-every", type=int, default=250)
+    group.add_argument("--val-samples", type=int, default=512)
+    group.add_argument("--checkpoint-every", type=int, default=50)
+
+    group = parser.add_argument_group("closed-loop evaluation (after training)")
+    group.add_argument("--eval-only", action="store_true",
+                       help="skip training; evaluate OUT/small_vla.safetensors")
+    group.add_argument("--eval-episodes", type=int, default=5,
+                       help="closed-loop episodes per task (0 = skip)")
+    group.add_argument("--eval-seed", type=int, default=0,
+                       help="first closed-loop seed; keep it outside the demos' seeds (the "
+                            "documented datasets use 1000 and up; heisd-eval starts at 0 too)")
+    group.add_argument("--eval-image-size", type=int, default=128,
+                       help="simulator camera size (the demos' size)")
+    group.add_argument("--eval-max-steps", type=int, default=None)
+    group.add_argument("--suites", nargs="+", default=list(DEFAULT_SUITES))
     args = parser.parse_args(argv)
     if args.new_action_stats and not args.init_from:
         parser.error("--new-action-stats: only with --init-from (a new model always computes "
@@ -492,16 +444,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--action-quantile: expected [0, 0.5), got {args.action_quantile}")
     if args.train_only and args.freeze_vision:
         parser.error("--train-only: not with --freeze-vision (name what trains instead)")
-    if args.distill_weight is not None and not args.distill_from:
-        parser.error("--distill-weight: only with --distill-from (the teacher)")
-    if args.distill_from:
-        if not args.init_from:
-            parser.error("--distill-from: the student must share the teacher's action bins; "
-                         "start it from a trained model with --init-from")
-        if args.distill_weight is None:
-            args.distill_weight = 1.0
-        if not 0.0 < args.distill_weight <= 1.0:
-            parser.error(f"--distill-weight: expected (0, 1], got {args.distill_weight}")
+    if args.pretrain_vision_steps and not args.aux_weight > 0:
+        parser.error("--pretrain-vision-steps: needs --aux-weight > 0 (the stage trains the "
+                     "objective's head, which the joint training keeps using)")
+    if args.freeze_vision and args.aux_weight > 0:
+        parser.error("--freeze-vision: not with --aux-weight (its objective would train "
+                     "nothing but its head)")
     args.argv = list(sys.argv[1:] if argv is None else argv)
     return args
 

@@ -1,8 +1,8 @@
-"""Training: behaviour cloning of the small VLA, its auxiliary objectives, the draft head.
+"""Training: behaviour cloning of the small VLA, its auxiliary stages, the draft head.
 
 - ``vla_training``: the demonstration cache, the trainer and the closed-loop check of a run.
-- ``vision_pretraining`` / ``subgoal``: the auxiliary vision and subgoal objectives and the
-  subgoal pathway's own stage.
+- ``vision_pretraining``: the auxiliary vision objective (its own stage and a weighted loss).
+- ``subgoal``: the subgoal pathway's targets and its own stage.
 - ``draft_training``: self-distillation of the draft head on the target's greedy rollouts.
 
 Inference (``models``, ``decoding``, ``retrieval``, ``nodes``, ``sim``, ``eval``) never

@@ -1,14 +1,12 @@
-r"""An auxiliary objective that makes the small VLA read its instruction: where the hand goes next.
+r"""The subgoal pathway's targets and its own training stage: where the hand goes next.
 
 With several objects on the table, the action tokens only say *which* object to reach once
 the arm is close to it; far from it, the first steps towards two objects differ by a few
 millimetres. A small model trained only on the action tokens then learns a scene prior ("go
-to the object that is usually the answer") and ignores the object word of the instruction:
-the shipped model reached the named object in about a quarter of the piper_object episodes.
+to the object that is usually the answer") and ignores the object word of the instruction.
 
-This objective asks the decoder, at the last prompt token (the hidden state that predicts
-the first action token, after it has seen both cameras, the pose *and* the instruction), to
-regress where the end effector will be at the demonstration's next two gripper changes:
+The subgoal pathway (``small_vla.SubgoalPathway``) regresses, per demonstration step, where
+the end effector will be at the demonstration's next two gripper changes:
 
 * the EE displacement (x, y, z) from the current position to the position at the next step
   whose gripper command differs from the previous step's (the grasp, or the release once
@@ -17,22 +15,18 @@ regress where the end effector will be at the demonstration's next two gripper c
 
 Where no such change is left in the episode, the episode's last position stands in. These
 targets depend on the instruction as much as on the image (the same scene, another object
-word, another grasp point), so the loss can only fall when instruction and image are bound
-together in the decoder. A two-layer MLP reads the hidden state; it is training-only and never
-shipped, so the checkpoint stays a plain ``LlamaForCausalLM`` plus the vision encoder.
+word, another grasp point). :func:`pretrain_subgoal_pathway` trains the pathway's encoder and
+head on them (``heisd-train-vla --pathway-steps``); the action loss never does.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from heisd_ros.models.subgoal import CLIP, N_TARGETS, SCALE_M, SUBGOALS
 from heisd_ros.training.vla_training import episode_starts, normalise_pixels, train_stage
-
-_HEAD_WIDTH = 256
 
 
 def subgoal_targets(gripper: np.ndarray, position_m: np.ndarray,
@@ -82,25 +76,6 @@ def before_first_grasp(gripper: np.ndarray, episode: np.ndarray) -> np.ndarray:
         shut = np.nonzero(closed[start:end])[0]
         mask[start:start + (shut[0] if len(shut) else end - start)] = True
     return mask
-
-
-class SubgoalHead(nn.Module):
-    """Decoder hidden state at the last prompt token -> the subgoal targets."""
-
-    def __init__(self, hidden_size: int):
-        super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(hidden_size, _HEAD_WIDTH), nn.GELU(),
-                                 nn.Linear(_HEAD_WIDTH, N_TARGETS))
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(B, H) -> (B, N_TARGETS)."""
-        return self.mlp(hidden.float())
-
-
-def subgoal_loss(head: SubgoalHead, hidden: torch.Tensor, targets: np.ndarray) -> torch.Tensor:
-    """Mean Huber loss of the head's predictions from ``hidden`` (B, H) against ``targets``."""
-    return F.smooth_l1_loss(head(hidden), torch.as_tensor(np.asarray(targets, np.float32)),
-                            beta=0.5)
 
 
 def pathway_loss(vla, batch, targets: np.ndarray) -> torch.Tensor:

@@ -14,10 +14,6 @@ Future displacement says where the arm is heading, which depends on where the ob
 goals are. A small MLP head reads it; the head is training-only and never shipped. It is
 used twice by ``heisd-train-vla``: alone, to pretrain the encoder cheaply (no decoder in the
 loop, large batches), and as a weighted extra loss next to the action tokens.
-
-With ``aux_subgoals`` the targets also hold ``subgoal.py``'s displacements to the next two
-gripper changes. They depend on the instruction, so they train an encoder with instruction
-FiLM to find the named object, with a short gradient path (no decoder in between).
 """
 
 from __future__ import annotations
@@ -67,13 +63,13 @@ def aux_targets(bins: np.ndarray, actions: np.ndarray, proprio: np.ndarray,
 class VisionAuxHead(nn.Module):
     """Flattened patch features of both cameras + pose features -> the auxiliary targets."""
 
-    def __init__(self, vla: SmallVLA, n_targets: int = N_TARGETS):
+    def __init__(self, vla: SmallVLA):
         super().__init__()
         config = vla.config
         width = 2 * config.patches_per_camera * config.vision_dim + 10
         self.mlp = nn.Sequential(nn.Linear(width, _HEAD_WIDTH), nn.GELU(),
                                  nn.Linear(_HEAD_WIDTH, _HEAD_WIDTH), nn.GELU(),
-                                 nn.Linear(_HEAD_WIDTH, n_targets))
+                                 nn.Linear(_HEAD_WIDTH, N_TARGETS))
 
     def forward(self, features: torch.Tensor, proprio: torch.Tensor) -> torch.Tensor:
         """(B * 2, P, D) features (``TwoCameraEncoder.features``), (B, 7) proprio -> (B, T)."""
@@ -84,7 +80,7 @@ class VisionAuxHead(nn.Module):
 
 def aux_loss(head: VisionAuxHead, features: torch.Tensor, proprio: np.ndarray,
              targets: np.ndarray) -> torch.Tensor:
-    """Mean Huber loss of the head's predictions against ``targets`` (B, n_targets)."""
+    """Mean Huber loss of the head's predictions against ``targets`` (B, N_TARGETS)."""
     predicted = head(features, torch.as_tensor(np.asarray(proprio, dtype=np.float32)))
     return F.smooth_l1_loss(predicted, torch.as_tensor(targets), beta=0.5)
 

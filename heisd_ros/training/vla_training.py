@@ -180,16 +180,8 @@ class VLATrainConfig:
             is always trained one-hot. Validation loss is always the one-hot cross-entropy.
         aux_weight: weight of the auxiliary vision objective (``vision_pretraining.py``)
             added to the action loss; 0 = none.
-        aux_subgoals: the auxiliary vision objective also regresses the subgoal targets
-            (``subgoal.py``) from the patch features; meant for an encoder with
-            instruction FiLM, which can then learn to find the named object.
-        freeze_vision: keep the vision encoder (and its instruction FiLM) fixed and train the
-            projector, proprio encoder and decoder only: the decoder learns to read features
-            that an earlier stage trained (e.g. to find the named object) without the action
-            loss overwriting them.
-        subgoal_weight: weight of the auxiliary subgoal objective (``subgoal.py``: where the
-            hand is at the next two gripper changes, read from the decoder's last prompt
-            token, so that the instruction is used) added to the action loss; 0 = none.
+        freeze_vision: keep the main vision encoder fixed and train the projector, proprio
+            encoder and decoder (and a subgoal pathway's embedding) only.
         gripper_change_weight: sampling weight of the steps around a gripper change (the
             step whose label differs from the previous step's and the
             ``gripper_change_span`` - 1 steps after it) relative to all others. A gripper
@@ -197,16 +189,10 @@ class VLATrainConfig:
             steps it follows, so with uniform sampling a policy learns to copy the gripper
             state it sees and never closes on an object; 1 = uniform sampling.
         gripper_change_span: steps from a gripper change that get the weight.
-        distill_weight: share of the loss that is the KL divergence from a teacher model's
-            action distributions on the same (augmented) batch to the student's (knowledge
-            distillation, Hinton et al. 2015); the action loss keeps 1 - distill_weight.
-            0 = none; > 0 needs a teacher (``VLATrainer(teacher=...)``). Used to move a
-            trained policy into another prompt layout with its behaviour.
         train_only: when not empty, only the model's parameters whose names start with one
-            of these prefixes train (e.g. ``("vision.film.",)``: adapter tuning of the
-            instruction FiLM, which starts as identity, so every skill that does not need
-            the instruction to pick an object stays as the starting model has it); the
-            auxiliary heads, if any, train too. Not with ``freeze_vision``.
+            of these prefixes train (e.g. ``("subgoal.embed.",)``: only a subgoal pathway's
+            embedding, so the decoder and both encoders stay as the starting model has
+            them); the auxiliary head, if any, trains too. Not with ``freeze_vision``.
         pathway_lr_factor: the learning rate of the subgoal pathway's embedding
             (``small_vla.SubgoalPathway.embed``) relative to ``lr``. The embedding starts at
             zero and must grow to the scale of the proprio token it is added to, while a
@@ -226,12 +212,9 @@ class VLATrainConfig:
     seed: int = 0
     label_sigma_bins: float = 0.0
     aux_weight: float = 0.0
-    aux_subgoals: bool = False
     freeze_vision: bool = False
-    subgoal_weight: float = 0.0
     gripper_change_weight: float = 1.0
     gripper_change_span: int = 3
-    distill_weight: float = 0.0
     train_only: tuple[str, ...] = ()
     pathway_lr_factor: float = 1.0
 
@@ -239,6 +222,9 @@ class VLATrainConfig:
         object.__setattr__(self, "train_only", tuple(self.train_only))
         if self.train_only and self.freeze_vision:
             raise ValueError("train_only: not with freeze_vision (name what trains instead)")
+        if self.freeze_vision and self.aux_weight > 0:
+            raise ValueError("freeze_vision: the auxiliary vision objective would train "
+                             "nothing but its head; set aux_weight 0")
         if any(not isinstance(p, str) or not p for p in self.train_only):
             raise ValueError(f"train_only: expected non-empty name prefixes, got "
                              f"{self.train_only!r}")
@@ -255,12 +241,10 @@ class VLATrainConfig:
         if not (math.isfinite(self.gripper_change_weight) and self.gripper_change_weight >= 1):
             raise ValueError(f"gripper_change_weight: expected a finite value >= 1, got "
                              f"{self.gripper_change_weight!r}")
-        for name in ("aux_weight", "subgoal_weight", "pathway_lr_factor"):
+        for name in ("aux_weight", "pathway_lr_factor"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}: expected a finite value >= 0, got {value!r}")
-        if not 0 <= self.distill_weight <= 1:
-            raise ValueError(f"distill_weight: expected 0..1, got {self.distill_weight!r}")
         if not self.label_sigma_bins >= 0:
             raise ValueError(f"label_sigma_bins: expected >= 0, got {self.label_sigma_bins!r}")
         if not 0 <= self.min_lr_ratio <= 1:
@@ -346,7 +330,6 @@ class ActionLoss(NamedTuple):
 
     loss: torch.Tensor            # mean cross-entropy (or soft-label loss) over the tokens
     predicted: torch.Tensor       # (B, 7) argmax bins
-    prompt_hidden: torch.Tensor   # (B, H) last-layer hidden state at the last prompt token
     logits: torch.Tensor          # (B, 7, 256) action logits, column c = bin N_BINS - 1 - c
 
 
@@ -355,7 +338,7 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
                 features: torch.Tensor | None = None,
                 words: torch.Tensor | None = None,
                 subgoal_words: torch.Tensor | None = None) -> ActionLoss:
-    """Loss, predicted bins and prompt-end hidden state of teacher-forced action tokens.
+    """Loss, predicted bins and action logits of teacher-forced action tokens.
 
     Args:
         vla: the model (its ``net`` is run with autograd).
@@ -425,14 +408,7 @@ def action_loss(vla: SmallVLA, images: np.ndarray, prompts: list[list[int]], bin
         loss = -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
     else:
         loss = F.cross_entropy(logits.reshape(-1, N_BINS), columns.reshape(-1))
-    return ActionLoss(loss, N_BINS - 1 - logits.argmax(-1), picked[:, 0], logits)
-
-
-def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
-    """Mean over tokens of KL(teacher || student) between (B, 7, 256) action logits."""
-    student = F.log_softmax(student_logits.float(), dim=-1).reshape(-1, N_BINS)
-    teacher = F.log_softmax(teacher_logits.float(), dim=-1).reshape(-1, N_BINS)
-    return F.kl_div(student, teacher, log_target=True, reduction="batchmean")
+    return ActionLoss(loss, N_BINS - 1 - logits.argmax(-1), logits)
 
 
 class Batch(NamedTuple):
@@ -457,9 +433,8 @@ class VLATrainer:
     """Mini-batch behaviour cloning with AdamW; its whole state is resumable."""
 
     def __init__(self, vla: SmallVLA, cache: DemoCache, train_index: np.ndarray,
-                 config: VLATrainConfig, stats: ActionStats, aux_head=None,
-                 teacher: SmallVLA | None = None):
-        from heisd_ros.training.subgoal import SubgoalHead, subgoal_targets
+                 config: VLATrainConfig, stats: ActionStats):
+        from heisd_ros.training.subgoal import subgoal_targets
         from heisd_ros.training.vision_pretraining import VisionAuxHead, aux_targets
 
         self.vla, self.cache, self.config = vla, cache, config
@@ -467,85 +442,30 @@ class VLATrainer:
         self.codec = ActionCodec(stats)
         self.bins = np.stack([self.codec.encode(a) for a in cache.actions])
         self.prompts = [vla.prompt_ids(text) for text in cache.episode_instructions]
-        self.words = vla.net.vision.word_ids(list(cache.episode_instructions))  # None w/o FiLM
-        # A subgoal pathway: its targets (its own stage, pretrain_subgoal_pathway) and words.
+        instructions = list(cache.episode_instructions)
+        self.words = vla.net.vision.word_ids(instructions)  # None without instruction FiLM
+        # A subgoal pathway: its words and the targets of its own stage
+        # (subgoal.pretrain_subgoal_pathway).
         pathway = vla.net.subgoal
         self.subgoal_words = self.pathway_targets = None
         if pathway is not None:
-            self.subgoal_words = pathway.word_ids(list(cache.episode_instructions))
+            self.subgoal_words = pathway.word_ids(instructions)
             self.pathway_targets = subgoal_targets(cache.actions[:, -1], cache.proprio[:, :3],
                                                    cache.episode)
-        # Knowledge distillation from a teacher (its own prompt layout and FiLM words).
-        self.teacher = None
-        if config.distill_weight > 0:
-            if teacher is None:
-                raise ValueError("distill_weight: distillation needs a teacher model")
-            teacher_stats = getattr(teacher, "action_stats", None)
-            if teacher_stats is None or teacher_stats.to_json() != stats.to_json():
-                raise ValueError("teacher: its action statistics differ from the student's, "
-                                 "so its bins mean other actions")
-            self.teacher = teacher
-            teacher.net.eval()
-            for param in teacher.net.parameters():
-                param.requires_grad_(False)
-            self.teacher_prompts = [teacher.prompt_ids(text)
-                                    for text in cache.episode_instructions]
-            self.teacher_words = teacher.net.vision.word_ids(list(cache.episode_instructions))
-            self.teacher_subgoal_words = (
-                None if teacher.net.subgoal is None
-                else teacher.net.subgoal.word_ids(list(cache.episode_instructions)))
         # The auxiliary vision objective (vision_pretraining.py), when it has a weight.
         self.aux_head = None
         if config.aux_weight > 0:
             self.aux_targets = aux_targets(self.bins, cache.actions, cache.proprio,
                                            cache.episode)
-            if config.aux_subgoals:
-                self.aux_targets = np.concatenate([self.aux_targets, subgoal_targets(
-                    cache.actions[:, -1], cache.proprio[:, :3], cache.episode)], axis=1)
-            width = self.aux_targets.shape[1]
-            self.aux_head = aux_head if aux_head is not None else _seeded(
-                config.seed, lambda: VisionAuxHead(vla, width))
-        # The auxiliary subgoal objective (subgoal.py), when it has a weight.
-        self.subgoal_head = None
-        if config.subgoal_weight > 0:
-            self.subgoal_head = _seeded(config.seed,
-                                        lambda: SubgoalHead(vla.config.hidden_size))
-            self.subgoal_targets = subgoal_targets(cache.actions[:, -1], cache.proprio[:, :3],
-                                                   cache.episode)
-        vla.net.train()
+            self.aux_head = _seeded(config.seed, lambda: VisionAuxHead(vla))
         named = list(vla.net.named_parameters())
-        trained = None  # every parameter of the model trains
-        if config.freeze_vision:
-            if config.aux_weight > 0:
-                raise ValueError("freeze_vision: the auxiliary vision objective would train "
-                                 "nothing but its head; set aux_weight 0")
-            trained = {n for n, _ in named
-                       if not n.startswith("vision.") or n.startswith("vision.projector.")}
-        if config.train_only:
-            trained = {n for n, _ in named if n.startswith(config.train_only)}
-            if not trained:
-                tops = sorted({".".join(n.split(".")[:2]) + "." for n, _ in named})
-                film = any(p.startswith("vision.film") for p in config.train_only)
-                raise ValueError(f"train_only: no parameter name starts with "
-                                 f"{list(config.train_only)}; the model has {tops}"
-                                 + (" (vision.film. needs a model with instruction FiLM)"
-                                    if film else ""))
-        if pathway is not None:
-            # The action loss never trains the pathway's predictor (its encoder and head keep
-            # predicting subgoals); the decoder learns to read its embedding.
-            base = {n for n, _ in named} if trained is None else trained
-            trained = {n for n in base if not n.startswith(PATHWAY_PREDICTOR)}
-            if not trained:
-                raise ValueError("train_only: only the subgoal pathway's predictor was named, "
-                                 "which the action loss never trains (heisd-train-vla "
-                                 "--pathway-steps trains it)")
-        if trained is not None:
-            for n, p in named:
-                p.requires_grad_(n in trained)
-            named = [(n, p) for n, p in named if n in trained]
-        for head in (self.aux_head, self.subgoal_head):
-            if head is not None:
-                named += list(head.named_parameters())
+        trained = self._trained_names([n for n, _ in named])
+        for n, p in named:
+            p.requires_grad_(n in trained)
+        named = [(n, p) for n, p in named if n in trained]
+        if self.aux_head is not None:
+            named += list(self.aux_head.named_parameters())
+        vla.net.train()
         # Parameter groups: weight decay or not, times the learning-rate factor (the subgoal
         # pathway's embedding has its own, see VLATrainConfig.pathway_lr_factor).
         groups = []
@@ -568,6 +488,31 @@ class VLATrainer:
                                           config.gripper_change_span)[self.train_index]
             weight = np.where(marked, config.gripper_change_weight, 1.0)
             self.sample_p = weight / weight.sum()
+
+    def _trained_names(self, names: list[str]) -> set[str]:
+        """The model parameters the action loss trains (``freeze_vision``, ``train_only``).
+
+        A subgoal pathway's predictor (its encoder and head) is never among them: it keeps
+        predicting subgoals (its own stage trains it) and the decoder learns to read it.
+        """
+        config = self.config
+        if config.train_only:
+            trained = {n for n in names if n.startswith(config.train_only)}
+            if not trained:
+                tops = sorted({".".join(n.split(".")[:2]) + "." for n in names})
+                raise ValueError(f"train_only: no parameter name starts with "
+                                 f"{list(config.train_only)}; the model has {tops}")
+        elif config.freeze_vision:
+            trained = {n for n in names
+                       if not n.startswith("vision.") or n.startswith("vision.projector.")}
+        else:
+            trained = set(names)
+        trained = {n for n in trained if not n.startswith(PATHWAY_PREDICTOR)}
+        if not trained:
+            raise ValueError("train_only: only the subgoal pathway's predictor was named, "
+                             "which the action loss never trains (heisd-train-vla "
+                             "--pathway-steps trains it)")
+        return trained
 
     def _batch(self, index: np.ndarray, augment: bool):
         images = self.cache.images[index]
@@ -601,18 +546,10 @@ class VLATrainer:
             group["lr"] = lr * group.get("lr_factor", 1.0)  # a state saved before factors
         self.vla.net.train()
         features = self.vla.net.vision.features(normalise_pixels(images), batch.words)
-        loss, predicted, hidden, logits = action_loss(self.vla, images, prompts, bins, proprio,
-                                                      cfg.label_sigma_bins, features=features,
-                                                      subgoal_words=batch.subgoal_words)
+        loss, predicted, _ = action_loss(self.vla, images, prompts, bins, proprio,
+                                         cfg.label_sigma_bins, features=features,
+                                         subgoal_words=batch.subgoal_words)
         correct = predicted == torch.as_tensor(bins)
-        if self.teacher is not None:
-            loss = (1 - cfg.distill_weight) * loss + cfg.distill_weight * distillation_loss(
-                logits, self._teacher_logits(index, images, bins, proprio))
-        if self.subgoal_head is not None:
-            from heisd_ros.training.subgoal import subgoal_loss
-
-            loss = loss + cfg.subgoal_weight * subgoal_loss(self.subgoal_head, hidden,
-                                                            self.subgoal_targets[index])
         if self.aux_head is not None:
             from heisd_ros.training.vision_pretraining import aux_loss
 
@@ -628,18 +565,6 @@ class VLATrainer:
         return {"loss": self.last_loss, "acc": float(correct.float().mean()), "lr": lr}
 
     @torch.no_grad()
-    def _teacher_logits(self, index: np.ndarray, images: np.ndarray, bins: np.ndarray,
-                        proprio: np.ndarray) -> torch.Tensor:
-        """The teacher's (B, 7, 256) action logits on the student's batch (same images)."""
-        episodes = self.cache.episode[index]
-        rows = torch.as_tensor(episodes)
-        words = None if self.teacher_words is None else self.teacher_words[rows]
-        subgoal_words = (None if self.teacher_subgoal_words is None
-                         else self.teacher_subgoal_words[rows])
-        return action_loss(self.teacher, images, [self.teacher_prompts[e] for e in episodes],
-                           bins, proprio, words=words, subgoal_words=subgoal_words).logits
-
-    @torch.no_grad()
     def evaluate(self, index: np.ndarray, batch_size: int = 64) -> dict:
         """Loss and accuracy on ``index`` (no augment).
 
@@ -649,29 +574,20 @@ class VLATrainer:
         """
         self.vla.net.eval()
         total, n, correct, exact = 0.0, 0, 0, 0
-        bin_error, aux_total, subgoal_total = np.zeros(ACTION_DIM), 0.0, 0.0
-        distill_total = pathway_total = 0.0
+        bin_error, aux_total, pathway_total = np.zeros(ACTION_DIM), 0.0, 0.0
         for start in range(0, len(index), batch_size):
             chunk = np.asarray(index[start:start + batch_size])
             batch = self._batch(chunk, augment=False)
             images, prompts, bins, proprio = batch.images, batch.prompts, batch.bins, batch.proprio
             features = self.vla.net.vision.features(normalise_pixels(images), batch.words)
-            loss, predicted, hidden, logits = action_loss(self.vla, images, prompts, bins,
-                                                          proprio, features=features,
-                                                          subgoal_words=batch.subgoal_words)
+            loss, predicted, _ = action_loss(self.vla, images, prompts, bins, proprio,
+                                             features=features,
+                                             subgoal_words=batch.subgoal_words)
             if self.pathway_targets is not None:
                 from heisd_ros.training.subgoal import pathway_loss
 
                 pathway_total += float(pathway_loss(self.vla, batch,
                                                     self.pathway_targets[chunk])) * len(chunk)
-            if self.teacher is not None:
-                distill_total += float(distillation_loss(logits, self._teacher_logits(
-                    chunk, images, bins, proprio))) * len(chunk)
-            if self.subgoal_head is not None:
-                from heisd_ros.training.subgoal import subgoal_loss
-
-                subgoal_total += float(subgoal_loss(self.subgoal_head, hidden,
-                                                    self.subgoal_targets[chunk])) * len(chunk)
             if self.aux_head is not None:
                 from heisd_ros.training.vision_pretraining import aux_loss
 
@@ -688,10 +604,6 @@ class VLATrainer:
                 "action_acc": exact / max(n, 1), "samples": n,
                 "bin_error": (bin_error / max(n, 1)).round(2).tolist(),
                 **({"aux_loss": aux_total / max(n, 1)} if self.aux_head is not None else {}),
-                **({"subgoal_loss": subgoal_total / max(n, 1)}
-                   if self.subgoal_head is not None else {}),
-                **({"distill_kl": distill_total / max(n, 1)} if self.teacher is not None
-                   else {}),
                 **({"pathway_loss": pathway_total / max(n, 1)}
                    if self.pathway_targets is not None else {})}
 
@@ -699,8 +611,6 @@ class VLATrainer:
         """Everything needed to continue exactly: weights, optimiser, step, batch RNG."""
         return {"model": self.vla.net.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "aux_head": None if self.aux_head is None else self.aux_head.state_dict(),
-                "subgoal_head": (None if self.subgoal_head is None
-                                 else self.subgoal_head.state_dict()),
                 "step": self.step, "rng": self.rng.bit_generator.state,
                 "last_loss": self.last_loss, "config": self.config.to_dict()}
 
@@ -714,8 +624,6 @@ class VLATrainer:
         self.vla.net.load_state_dict(state["model"])
         if self.aux_head is not None:
             self.aux_head.load_state_dict(state["aux_head"])
-        if self.subgoal_head is not None:
-            self.subgoal_head.load_state_dict(state["subgoal_head"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
         self.rng.bit_generator.state = state["rng"]
