@@ -151,19 +151,21 @@ def test_a_calibration_of_another_model_is_refused(tiny, tmp_path):
 
 # ---------------------------------------------------------------- draft head
 def test_empty_drafter_path_is_the_shipped_head_for_the_shipped_vla():
+    from heisd_ros.models import draft_head_choice as head_choice
     from heisd_ros.models.checkpoint import load_small_vla
     from heisd_ros.models.loading import DEFAULT_TARGET_PATH
     from heisd_ros.retrieval.embedding import model_fingerprint
 
-    assert pd.SHIPPED_DRAFT_HEAD.is_file() and DEFAULT_TARGET_PATH.is_file()
+    assert head_choice.SHIPPED_DRAFT_HEAD.is_file() and DEFAULT_TARGET_PATH.is_file()
     target = load_small_vla(DEFAULT_TARGET_PATH)
     # assets agree: the head was trained for these weights (the file's metadata, its gripper
     # rule, was written later, so the file's sha256 is not the one the head's card names)
-    assert pd.draft_head_fingerprint(pd.SHIPPED_DRAFT_HEAD) == model_fingerprint(target)
+    shipped = head_choice.SHIPPED_DRAFT_HEAD
+    assert head_choice.draft_head_fingerprint(shipped) == model_fingerprint(target)
     warnings = []
     for config in (ModelConfig(), ModelConfig(path=str(DEFAULT_TARGET_PATH))):
         head, description = pd.resolve_draft_head(config, target, warnings.append)
-        assert description == f"shipped draft head {pd.SHIPPED_DRAFT_HEAD}"
+        assert description == f"shipped draft head {head_choice.SHIPPED_DRAFT_HEAD}"
         assert head.config.hidden_size == target.hidden_size and not head.training
     assert warnings == []
 
