@@ -72,6 +72,33 @@ def _step(fwd, rounds, mode="off", skipped=False, ms=10.0):
             "verify_skipped": skipped, "stage_ms": {"vision": 1.0, "total": ms}}
 
 
+def _run(rules, bins):
+    """Step records of one episode: rule "" = verified, else the unverified step's rule."""
+    return [{"verify_skipped": bool(rule), "bins": list(b),
+             "hybrid": {"skip_rule": rule, "unverified_run": 0}}
+            for rule, b in zip(rules, bins, strict=True)]
+
+
+def test_unverified_counters_count_runs_per_episode_and_the_step_after():
+    a, b = [10] * 7, [10, 12, 10, 10, 10, 10, 10]
+    first = _run(["", "follow", "follow", "", "router", ""], [a, a, a, b, a, a])
+    second = _run(["follow", "similarity", "follow", ""], [a, a, a, a])  # run of 3, then same
+    out = metrics.unverified_summary([first, second])
+    assert out["unverified_share"] == pytest.approx(6 / 10)
+    assert out["longest_unverified_run"] == 3
+    assert out["unverified_by_rule"] == pytest.approx({"follow": 0.4, "router": 0.1,
+                                                       "similarity": 0.1})
+    after = out["after_skip"]  # pairs: (a, b), (a, a), (a, a)
+    assert after["count"] == 3 and after["exact_action_rate"] == pytest.approx(2 / 3)
+    assert after["mean_bin_deviation"] == pytest.approx(2 / 6 / 3)
+    assert after["gripper_agreement"] == 1.0
+    # A run does not continue into the next episode.
+    ends = _run(["", "follow", "follow"], [a, a, a])
+    starts = _run(["follow", ""], [a, b])
+    assert metrics.unverified_summary([ends, starts])["longest_unverified_run"] == 2
+    assert metrics.unverified_summary([]) == {}
+
+
 def test_counters_latency_and_speedup():
     steps = [_step(3, [3, 2], "drafter"), _step(0, [], "retrieval", True, 20.0),
              _step(4, [1], "drafter", ms=30.0)]

@@ -8,9 +8,13 @@ Per control step (one 7-token action):
    low F or too short a history -> drafter;
 3. retrieval: query the DB (deadline-bounded). Slow, empty, failing or absent -> the drafter
    for this step (and AR when there is no draft head);
-4. verify-skip (``router_skip``, ``heisd``): if the best candidate's similarity reaches the
-   current threshold and its action keeps the gripper state, execute it with ZERO target LLM
-   forwards;
+4. unverified execution (``heisd_ros.decoding.unverified``): ``heisd`` follows the
+   demonstration the last executed action came from while the retrieval keeps returning its
+   next point and the arm moves as it did; ``router_skip`` and ``heisd`` also execute a best
+   candidate whose similarity reaches the current threshold; ``heisd_paper`` executes every
+   step the router gives to the DB. Such a step costs ZERO target LLM forwards; it keeps the
+   gripper state and the driver's per-command bounds, and at most a configured number run in
+   a row (the step after is verified);
 5. otherwise decode with :class:`ActionDecoder`: the retrieval group tree rides in the prefill
    forward (a fully accepted draft costs one target forward), later rounds are drafted by the
    draft head; drafter steps use the drafter alone.
@@ -27,8 +31,8 @@ more per token than AR's forwards). With relaxation and skip off (``ar``, ``draf
 ``retrieval``, ``router_only``) the output equals AR greedy token for token.
 
 Gripper safety: every acceptance rule is wrapped so a draft gripper token is only taken when
-it equals the target's own token, and a skipped draft must keep the last executed gripper
-state (unknown at an episode's first step -> no skip).
+it equals the target's own token, and an unverified step must keep the executed gripper state
+(``observation.episode``; unknown at an episode's first step -> verified).
 
 The skip threshold adapts online (:meth:`HybridDecoder.episode_end`): +``tighten_step`` after
 a failed episode, -``relax_step`` after a success, clipped to ``skip_bounds``.
@@ -45,7 +49,6 @@ import numpy as np
 from heisd_ros.actions.normalization import ActionCodec
 from heisd_ros.data.observation import (
     ACTION_DIM,
-    GRIPPER_CLOSED_ABOVE,
     EpisodeState,
     Observation,
 )
@@ -62,6 +65,16 @@ from heisd_ros.decoding.retrieval_source import (
     task_of,
 )
 from heisd_ros.decoding.stats import STAGES, StageClock, StepStats
+from heisd_ros.decoding.unverified import (
+    RULE_FOLLOW,
+    RULE_ROUTER,
+    RULE_SIMILARITY,
+    Anchor,
+    Trail,
+    UnverifiedConfig,
+    follow_problem,
+    unverified_problem,
+)
 from heisd_ros.kinematics.router import (
     MODE_RETRIEVAL,
     KinematicRouter,
@@ -69,6 +82,7 @@ from heisd_ros.kinematics.router import (
     RouterConfig,
 )
 from heisd_ros.retrieval.embedding import embedding_from_features
+from heisd_ros.retrieval.records import Candidate
 
 GRIPPER_DIM = ACTION_DIM - 1
 # HybridStep.msg constants.
@@ -91,6 +105,8 @@ class HybridConfig:
         relaxed_radius_bins: Spec-VLA per-dimension radius of ``drafter_relaxed``.
         retrieval: retrieval source settings (K, deadline, demotion, tree).
         drafter_tree: shape of the drafter's dynamic tree.
+        unverified: bounds of steps executed without the target, and the ``follow`` rule's
+            tolerances (``heisd_ros.decoding.unverified``).
     """
 
     method: str = "heisd"
@@ -103,6 +119,7 @@ class HybridConfig:
     relaxed_radius_bins: tuple[int, ...] = (9, 9, 9, 9, 9, 9, 0)
     retrieval: RetrievalSourceConfig = field(default_factory=RetrievalSourceConfig)
     drafter_tree: DraftTreeConfig = field(default_factory=DraftTreeConfig)
+    unverified: UnverifiedConfig = field(default_factory=UnverifiedConfig)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -147,6 +164,8 @@ class HybridStepRecord:
     router_threshold: float = float("nan")
     draft_source: int = DRAFT_NONE
     verify_skipped: bool = False
+    unverified_run: int = 0   # unverified steps in a row including this one (0: verified)
+    skip_rule: str = ""       # what allowed an unverified step ("similarity", "follow", "router")
     skip_similarity: float = float("nan")
     skip_threshold: float = float("nan")
     accepted_tokens: int = 0
@@ -255,6 +274,8 @@ class HybridDecoder:
         self.task = task
         self.skip_threshold = float(self.config.skip_threshold)
         self._history: deque = deque(maxlen=self.config.router.window)
+        self._trail: Trail | None = None       # the state the last decided step started from
+        self._next_trail: Trail | None = None  # the state after it, if the robot got it
         self._drafter_rule = gripper_safe(RelaxedRule(self.config.relaxed_radius_bins)
                                           if sw.drafter_relaxed else exact_rule)
         self._retrieval_rule = gripper_safe(GroupRule(self.config.group_accept)
@@ -262,8 +283,9 @@ class HybridDecoder:
 
     # ------------------------------------------------------------------ episodes
     def begin_episode(self, task: str | None = None) -> None:
-        """Reset per-episode state (EE history, demotions); set the DB task."""
+        """Reset per-episode state (EE history, unverified run, demotions); set the DB task."""
         self._history.clear()
+        self._trail = self._next_trail = None
         self.task = task if task is not None else self.task
         if self.retrieval is not None:
             self.retrieval.reset_episode()
@@ -322,10 +344,21 @@ class HybridDecoder:
                 record.status = (f"retrieval {outcome.status.name.lower()}: {outcome.reason}; "
                                  f"{self._fallback_name()} mode")
 
-        if use_retrieval and sw.verify_skip and self._may_skip(outcome, episode, notes):
-            result = self._skipped(outcome, prefix)
+        trail = self._trail_for(episode)
+        chosen = (self._unverified_choice(outcome, episode, trail, notes) if use_retrieval
+                  else None)
+        if chosen is not None:
+            candidate, rule = chosen
+            result = self._skipped(candidate, prefix)
+            record.skip_rule, record.unverified_run = rule, trail.run + 1
+            anchor = Anchor.of(candidate)
         else:
             result = self._verified(observation, prefix, outcome if use_retrieval else None)
+            anchor = _executed_point(outcome if use_retrieval else None, result.bins)
+        if episode is not None:
+            ee_m = self._history[-1] if self._history else None
+            self._trail = trail  # what this step started from, should it be decided again
+            self._next_trail = Trail(episode.step_index + 1, record.unverified_run, anchor, ee_m)
         stats = result.stats
         stats.retrieval_calls += record.retrieval_calls
         ms = dict(stats.stage_ms)
@@ -342,23 +375,61 @@ class HybridDecoder:
     def _fallback_name(self) -> str:
         return "drafter" if self.drafter is not None else "AR"
 
-    def _may_skip(self, outcome: RetrievalOutcome, episode: EpisodeState | None,
-                  notes: list[str]) -> bool:
-        top = outcome.candidates[0]
-        # Written so that NaN (which no caller should pass: RetrievalSource refuses it) verifies.
-        if not top.score >= self.skip_threshold:
-            notes.append(f"verify: similarity {top.score:.4f} < {self.skip_threshold:.4f}")
-            return False
-        gripper = float(self.codec.decode(np.asarray(top.bins, np.int64))[GRIPPER_DIM])
-        known = episode.gripper_closed if episode is not None else None
-        if known is None or (gripper > GRIPPER_CLOSED_ABOVE) != known:
-            notes.append("verify: the draft may change the gripper (or its state is unknown)")
-            return False
-        notes.append(f"verify-skip: similarity {top.score:.4f} >= {self.skip_threshold:.4f}")
-        return True
+    def _trail_for(self, episode: EpisodeState | None) -> Trail:
+        """What was executed before this step: the run of unverified steps and the anchor.
 
-    def _skipped(self, outcome: RetrievalOutcome, prefix) -> HybridResult:
-        bins = np.asarray(outcome.candidates[0].bins, dtype=np.int64)
+        The previous decision counts only when the robot got it (the loop advanced its
+        episode by one step); a decision that was held (same step again) is forgotten.
+        """
+        if episode is None:
+            return Trail(-1)
+        for trail in (self._next_trail, self._trail):
+            if trail is not None and trail.step_index == episode.step_index:
+                return trail
+        return Trail(episode.step_index)
+
+    def _unverified_choice(self, outcome: RetrievalOutcome, episode: EpisodeState | None,
+                           trail: Trail, notes: list[str]) -> tuple[Candidate, str] | None:
+        """(candidate, rule) to execute without the target, or None: verify this step."""
+        sw, cfg = self.config.switches, self.config.unverified
+        choices: list[tuple[Candidate, str, int]] = []
+        if sw.follow:
+            successor = next((c for c in outcome.candidates
+                              if trail.anchor is not None and trail.anchor.is_next(c)), None)
+            ahead = successor.record.lookahead_bins if successor is not None else ()
+            next_gripper = (float(self.codec.decode(np.asarray(ahead[0], np.int64))[GRIPPER_DIM])
+                            if len(ahead) else None)
+            moved = (self._history[-1] - trail.ee_position_m
+                     if trail.ee_position_m is not None and self._history else None)
+            problem = follow_problem(trail.anchor, successor, next_gripper, moved, episode, cfg)
+            if problem:
+                notes.append(f"follow: {problem}")
+            else:
+                choices.append((successor, RULE_FOLLOW, cfg.max_run))
+        if sw.router_executes:
+            choices.append((outcome.candidates[0], RULE_ROUTER, cfg.paper_max_run))
+        if sw.verify_skip:
+            top = outcome.candidates[0]
+            # Written so that NaN (which RetrievalSource refuses anyway) verifies.
+            if top.score >= self.skip_threshold:
+                choices.append((top, RULE_SIMILARITY, cfg.max_run))
+            else:
+                notes.append(f"verify: similarity {top.score:.4f} < {self.skip_threshold:.4f}")
+        for candidate, rule, max_run in choices:
+            action = self.codec.decode(np.asarray(candidate.bins, np.int64))
+            problem = unverified_problem(action, episode, trail.run, max_run, cfg)
+            if problem:
+                notes.append(f"verify ({rule}): {problem}")
+                continue
+            record = candidate.record
+            notes.append(f"unverified ({rule}, run {trail.run + 1}): {record.task} episode "
+                         f"{record.episode} step {record.step}, similarity "
+                         f"{candidate.score:.4f}")
+            return candidate, rule
+        return None
+
+    def _skipped(self, candidate: Candidate, prefix) -> HybridResult:
+        bins = np.asarray(candidate.bins, dtype=np.int64)
         stats = StepStats(tokens_from_draft=ACTION_DIM, draft_source="retrieval")
         return HybridResult(tokens=np.asarray(self.target.actions.token_of_bin(bins), np.int64),
                             bins=bins, action=self.codec.decode(bins), hidden=None,
@@ -380,6 +451,17 @@ class HybridDecoder:
         r = decoder.decode(observation, prefix)
         return HybridResult(r.tokens, r.bins, r.action, r.hidden, r.vision_features, r.stats,
                             HybridStepRecord())
+
+
+def _executed_point(outcome: RetrievalOutcome | None, bins: np.ndarray) -> Anchor | None:
+    """The retrieved point whose action the verified step executed exactly, if any."""
+    if outcome is None or not outcome.ok:
+        return None
+    executed = np.asarray(bins, dtype=np.int64)
+    for candidate in outcome.candidates:
+        if np.array_equal(np.asarray(candidate.bins, dtype=np.int64), executed):
+            return Anchor.of(candidate)
+    return None
 
 
 def _fill_route(record: HybridStepRecord, d: RouteDecision) -> None:

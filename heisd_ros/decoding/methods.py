@@ -8,8 +8,10 @@ themselves come from :func:`heisd_ros.decoding.builder.build_decoder`.
 
 The ladder (docs/METHOD.md): ``ar``; ``drafter`` (EAGLE-2 drafts, exact); ``drafter_relaxed``
 (Spec-VLA radius); ``retrieval`` (pure retrieval SD, exact); ``router_only``; ``router_skip``
-(+ verify-skip); ``heisd`` (+ sequence-wise group acceptance); ``heisd_ar`` (``heisd`` with
-AR in place of the draft head).
+(+ verify-skip); ``heisd`` (+ sequence-wise group acceptance, + following a retrieved
+demonstration without the VLA while it keeps matching); ``heisd_ar`` (``heisd`` with AR in
+place of the draft head); ``heisd_paper`` (the authors' released rule: every step the router
+gives to the DB executes the retrieved action unverified, at most 2 in a row).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class Switches:
     verify_skip: bool
     sequence_wise: bool
     drafter_relaxed: bool
+    follow: bool = False
+    router_executes: bool = False
 
     @property
     def hybrid(self) -> bool:
@@ -42,8 +46,9 @@ METHODS: dict[str, Switches] = {
     "retrieval": Switches(False, True, False, False, False, False),
     "router_only": Switches(True, True, True, False, False, False),
     "router_skip": Switches(True, True, True, True, False, False),
-    "heisd": Switches(True, True, True, True, True, False),
-    "heisd_ar": Switches(False, True, True, True, True, False),
+    "heisd": Switches(True, True, True, True, True, False, follow=True),
+    "heisd_ar": Switches(False, True, True, True, True, False, follow=True),
+    "heisd_paper": Switches(True, True, True, False, True, False, router_executes=True),
 }
 #: The names, in ablation order.
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)

@@ -106,7 +106,9 @@ def summarise_runs(runs: Sequence[EpisodeRun], reference: str = "ar") -> dict[st
         low, high = metrics.wilson_interval(wins, len(items))
         out[name] = {"episodes": len(items), "successes": wins,
                      "success_rate": wins / len(items), "sr_wilson95": [low, high],
-                     **metrics.counters_summary(steps), "latency": metrics.latency_summary(ms),
+                     **metrics.counters_summary(steps),
+                     **metrics.unverified_summary([r.steps for r in items]),
+                     "latency": metrics.latency_summary(ms),
                      "stage_ms_median": metrics.stage_breakdown(steps),
                      "speedup_vs_ar": metrics.speedup(ms, ref_ms),
                      "speedup_vs_ar_mean": metrics.speedup_mean(ms, ref_ms),
@@ -125,8 +127,8 @@ def summarise_by_suite(runs: Sequence[EpisodeRun]) -> dict[str, dict[str, dict]]
 
 def table_rows(summary: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the evaluation table of one suite."""
-    header = ["method", "SR [95% CI]", "speed-up", "mean speed-up", "AL", "fwd/action", "skip",
-              "router share", "p50 ms", "mean ms", "p99 ms"]
+    header = ["method", "SR [95% CI]", "speed-up", "mean speed-up", "AL", "fwd/action",
+              "unverified", "longest run", "router share", "p50 ms", "mean ms", "p99 ms"]
     rows = []
     for name, s in summary.items():
         lo, hi = s["sr_wilson95"]
@@ -136,6 +138,7 @@ def table_rows(summary: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
                      f"{s.get('al', 1.0):.2f}",
                      f"{s.get('target_forwards_per_action', float('nan')):.2f}",
                      f"{s.get('skip_rate', 0.0):.2f}",
+                     str(s.get("longest_unverified_run", 0)),
                      " ".join(f"{m}:{v:.2f}" for m, v in s.get("router_share", {}).items()),
                      f"{s['latency']['p50_ms']:.1f}", f"{s['latency']['mean_ms']:.1f}",
                      f"{s['latency']['p99_ms']:.1f}"])

@@ -74,6 +74,45 @@ def counters_summary(steps: Sequence[dict]) -> dict[str, float]:
             "router_share": {m: c / len(steps) for m, c in sorted(modes.items())}}
 
 
+def unverified_summary(episodes: Sequence[Sequence[dict]]) -> dict:
+    """Unverified (target-free) steps over episodes of step records, in order.
+
+    Returns ``unverified_share`` (of all actions), ``longest_unverified_run`` (steps in a
+    row), ``unverified_by_rule`` (share of actions per ``skip_rule``) and, over the verified
+    steps that follow one or more unverified ones, ``after_skip`` = how far the target's action
+    is from the last unverified one: ``count``, ``exact_action_rate`` (all 7 bins equal),
+    ``mean_bin_deviation`` (mean |bin difference| over the 6 arm dimensions) and
+    ``gripper_agreement``.
+    """
+    steps = [s for episode in episodes for s in episode]
+    if not steps:
+        return {}
+    by_rule: dict[str, int] = {}
+    longest, pairs = 0, []
+    for episode in episodes:
+        run = 0
+        for previous, step in zip([None, *episode[:-1]], episode, strict=True):
+            if step["verify_skipped"]:
+                run += 1
+                rule = (step.get("hybrid") or {}).get("skip_rule") or "similarity"
+                by_rule[rule] = by_rule.get(rule, 0) + 1
+                longest = max(longest, run)
+                continue
+            if run and previous is not None:
+                pairs.append((previous["bins"], step["bins"]))
+            run = 0
+    after: dict = {"count": len(pairs)}
+    if pairs:
+        last, verified = (np.asarray(x, dtype=np.int64) for x in zip(*pairs, strict=True))
+        after.update(exact_action_rate=float(np.mean(np.all(last == verified, axis=1))),
+                     mean_bin_deviation=float(np.mean(np.abs(last[:, :6] - verified[:, :6]))),
+                     gripper_agreement=float(np.mean(last[:, 6] == verified[:, 6])))
+    return {"unverified_share": sum(by_rule.values()) / len(steps),
+            "longest_unverified_run": longest,
+            "unverified_by_rule": {k: v / len(steps) for k, v in sorted(by_rule.items())},
+            "after_skip": after}
+
+
 def stage_breakdown(steps: Sequence[dict]) -> dict[str, float]:
     """Median ms per stage over step records (keys as in ``StepStats.stage_ms``)."""
     if not steps:

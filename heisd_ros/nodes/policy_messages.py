@@ -17,7 +17,8 @@ from heisd_ros.nodes.policy_decoders import DecodedStep
 from heisd_ros.nodes.policy_inputs import RobotInput
 from heisd_ros.nodes.robot_msgs import pose_from_msg, rpy_to_quaternion, stamp_to_seconds
 
-_HYBRID_FIELDS = frozenset(HybridStep.get_fields_and_field_types())
+_HYBRID_TYPES = HybridStep.get_fields_and_field_types()
+_HYBRID_FIELDS = frozenset(_HYBRID_TYPES)
 RETRIEVAL_UNAVAILABLE = "retrieval unavailable: no retrieval drafts until it is back"
 
 
@@ -90,11 +91,19 @@ def _finite_pose(msg: PoseStamped) -> bool:
 
 
 def _fit(name: str, value):
-    """A HybridStep field value of the right Python type (ints for counters, NaN allowed)."""
-    if isinstance(value, bool) or name in ("status", "task"):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    return float(value)
+    """A HybridStep field value of the field's Python type (NaN allowed in floats)."""
+    kind = _HYBRID_TYPES[name]
+    if kind.startswith("sequence<") or kind.endswith("]"):  # sequence<uint8>, double[7]
+        element = kind.removeprefix("sequence<").split(">")[0].split("[")[0]
+        return [_fit_scalar(element, v) for v in value]
+    return _fit_scalar(kind, value)
+
+
+def _fit_scalar(kind: str, value):
+    if kind == "string":
+        return str(value)
+    if kind == "boolean":
+        return bool(value)
+    if kind in ("float", "double"):
+        return float(value)
+    return int(value)

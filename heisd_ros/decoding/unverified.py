@@ -1,0 +1,172 @@
+"""Steps executed without the target VLA: when they are allowed, and their bounds.
+
+An unverified step executes a retrieved demonstration action with no LLM forward (vision and
+retrieval still run). Three rules may allow one (``HybridStepRecord.skip_rule``):
+
+* ``similarity`` (``router_skip``, ``heisd``): the best candidate's cosine similarity reaches
+  the calibrated skip threshold (the verify-skip of the paper's ablation);
+* ``follow`` (``heisd``, ``heisd_ar``): the last executed action came from demonstration point
+  (episode e, step s), either verified (the target accepted exactly that action) or
+  unverified, and the current frame's retrieval returns that demonstration's next point
+  (e, s + 1) among its top-K with similarity >= ``follow_min_similarity``; the arm moved over
+  the last step as the demonstration did (within ``follow_drift_m``), and the demonstration
+  does not change the gripper at its next step (the approach to a grasp is verified). So the
+  robot follows a retrieved action chunk while the scene keeps matching it, and stops at once
+  when it drifts, when the router leaves retrieval mode, or when the match is lost;
+* ``router`` (``heisd_paper``, the authors' released rule): every step the router gives to
+  the DB executes the top candidate.
+
+Every rule is bounded the same way (:func:`unverified_problem`): at most ``max_run`` (the
+authors' rule: ``paper_max_run``) unverified steps in a row, then a verified one; never with
+the gripper state unknown, never changing it; never beyond the driver's per-command bounds
+(``max_translation_m``, ``max_rotation_rad``). The policy node marks such a command
+``SOURCE_RETRIEVAL_SKIP``; HybridStep carries ``verify_skipped``, ``unverified_run`` and
+``skip_rule``. Pure numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from heisd_ros.data.observation import ACTION_DIM, GRIPPER_CLOSED_ABOVE, EpisodeState
+
+GRIPPER_DIM = ACTION_DIM - 1
+#: ``skip_rule`` values.
+RULE_SIMILARITY, RULE_FOLLOW, RULE_ROUTER = "similarity", "follow", "router"
+
+
+@dataclass(frozen=True)
+class UnverifiedConfig:
+    """Bounds of unverified execution and the ``follow`` rule's tolerances.
+
+    Attributes:
+        max_run: unverified steps in a row (any rule but ``router``) before a verified one.
+        paper_max_run: the same for ``heisd_paper`` (the authors' N = 2).
+        follow_min_similarity: the demonstration's next point must be retrieved at least
+            this similar (cosine) to the current frame.
+        follow_drift_m: largest difference between the arm's last displacement and the
+            demonstration's at the same step, metres.
+        max_translation_m: largest translation of an unverified action, metres (the PIPER
+            driver's per-command limit).
+        max_rotation_rad: largest rotation (norm of droll, dpitch, dyaw) of one, radians.
+    """
+
+    max_run: int = 3
+    paper_max_run: int = 2
+    follow_min_similarity: float = 0.97
+    follow_drift_m: float = 0.01
+    max_translation_m: float = 0.02
+    max_rotation_rad: float = 0.15
+
+    def __post_init__(self) -> None:
+        """Refuse negative counts and non-finite or negative bounds."""
+        for name in ("max_run", "paper_max_run"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
+        if not (math.isfinite(self.follow_min_similarity)
+                and -1.0 <= self.follow_min_similarity <= 1.0):
+            raise ValueError(f"follow_min_similarity: expected a cosine in [-1, 1], got "
+                             f"{self.follow_min_similarity}")
+        for name in ("follow_drift_m", "max_translation_m", "max_rotation_rad"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}: expected a finite value >= 0, got {value}")
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """The demonstration point the last executed action came from."""
+
+    task: str
+    episode: int
+    step: int
+    ee_position_m: np.ndarray
+
+    @classmethod
+    def of(cls, candidate) -> Anchor:
+        """The anchor of a retrieved ``Candidate``."""
+        r = candidate.record
+        return cls(str(r.task), int(r.episode), int(r.step),
+                   np.asarray(r.ee_position_m, dtype=np.float64))
+
+    def is_next(self, candidate) -> bool:
+        """Whether ``candidate`` is this demonstration's next point."""
+        r = candidate.record
+        return (str(r.task), int(r.episode), int(r.step)) == (self.task, self.episode,
+                                                             self.step + 1)
+
+
+@dataclass(frozen=True)
+class Trail:
+    """What the decoder knows before deciding step ``step_index`` of an episode.
+
+    ``run``: unverified steps executed in a row just before it; ``anchor``: the demonstration
+    point the last executed action came from (None: it came from no single point);
+    ``ee_position_m``: the arm's position when that action was decided (None: unknown).
+    """
+
+    step_index: int
+    run: int = 0
+    anchor: Anchor | None = None
+    ee_position_m: np.ndarray | None = None
+
+
+def unverified_problem(action: np.ndarray, episode: EpisodeState | None, run: int,
+                       max_run: int, config: UnverifiedConfig) -> str:
+    """Why ``action`` (7-D, physical units) may not run unverified now; "" if it may."""
+    if run >= max_run:
+        return f"{run} unverified step(s) in a row: this one is verified"
+    known = episode.gripper_closed if episode is not None else None
+    if known is None:
+        return "the gripper state is unknown"
+    if (float(action[GRIPPER_DIM]) > GRIPPER_CLOSED_ABOVE) != known:
+        return "the action would change the gripper"
+    translation = float(np.linalg.norm(action[:3]))
+    if not translation <= config.max_translation_m:  # NaN-safe
+        return (f"translation {translation * 1e3:.1f} mm beyond the unverified bound "
+                f"{config.max_translation_m * 1e3:.1f} mm")
+    rotation = float(np.linalg.norm(action[3:6]))
+    if not rotation <= config.max_rotation_rad:
+        return (f"rotation {rotation:.3f} rad beyond the unverified bound "
+                f"{config.max_rotation_rad:.3f} rad")
+    return ""
+
+
+def follow_problem(anchor: Anchor | None, candidate, next_gripper: float | None,
+                   moved_m: np.ndarray | None, episode: EpisodeState | None,
+                   config: UnverifiedConfig) -> str:
+    """Why the ``follow`` rule does not take ``candidate`` now; "" if it does.
+
+    Args:
+        anchor: the demonstration point the last executed action came from.
+        candidate: the retrieved demonstration's next point (None: not retrieved).
+        next_gripper: the gripper value of the demonstration's action after ``candidate``'s
+            (None: the demonstration ends there).
+        moved_m: the arm's displacement over the last step (None: unknown).
+        episode: the episode state (the executed gripper).
+        config: tolerances.
+    """
+    if anchor is None:
+        return "the last action came from no retrieved demonstration point"
+    if candidate is None:
+        return (f"the demonstration's next point ({anchor.task} episode {anchor.episode} "
+                f"step {anchor.step + 1}) is not among the retrieved")
+    if not candidate.score >= config.follow_min_similarity:  # NaN-safe
+        return (f"the demonstration's next point is {candidate.score:.4f} similar, below "
+                f"{config.follow_min_similarity:.4f}")
+    if moved_m is None:
+        return "the arm's last displacement is unknown"
+    demo_moved = np.asarray(candidate.record.ee_position_m, np.float64) - anchor.ee_position_m
+    drift = float(np.linalg.norm(np.asarray(moved_m, np.float64) - demo_moved))
+    if not drift <= config.follow_drift_m:
+        return (f"the arm drifted {drift * 1e3:.1f} mm from the demonstration's path (max "
+                f"{config.follow_drift_m * 1e3:.1f} mm)")
+    known = episode.gripper_closed if episode is not None else None
+    if next_gripper is not None and known is not None and \
+            (next_gripper > GRIPPER_CLOSED_ABOVE) != known:
+        return "the demonstration changes the gripper next: the approach is verified"
+    return ""
