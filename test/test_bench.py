@@ -11,11 +11,10 @@ from heisd_ros.decoding.decoder import ActionResult
 from heisd_ros.decoding.stats import StepStats
 from heisd_ros.models.checkpoint import save_draft_head, save_small_vla
 from heisd_ros.tools import bench
-from test.fixtures_decoding import scenes, tiny_drafter, tiny_trained_vla  # noqa: F401
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory, tiny_trained_vla, tiny_drafter):  # noqa: F811
+def files(tmp_path_factory, tiny_trained_vla, tiny_drafter):
     root = tmp_path_factory.mktemp("bench")
     target = save_small_vla(tiny_trained_vla, root / "vla.safetensors", dtype="float32")
     head = save_draft_head(tiny_drafter, root / "head.safetensors", tiny_trained_vla)

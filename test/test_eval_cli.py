@@ -4,16 +4,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from heisd_ros.models.checkpoint import save_small_vla
 from heisd_ros.tools import eval as eval_tool
-from test.fixtures_decoding import tiny_random_vla  # noqa: F401
-
-
-@pytest.fixture(scope="module")
-def tiny_target_path(tiny_random_vla, tmp_path_factory):  # noqa: F811
-    return str(save_small_vla(tiny_random_vla, tmp_path_factory.mktemp("vla") / "tiny.safetensors"))
 
 
 def test_eval_json_and_report(tiny_target_path, tmp_path, capsys):

@@ -15,17 +15,10 @@ from heisd_ros.eval.recording import (
     TOPIC_HYBRID_STEP,
     make_recording_typestore,
 )
-from heisd_ros.models.checkpoint import save_small_vla
 from heisd_ros.tools import record, replay
-from test.fixtures_decoding import tiny_random_vla  # noqa: F401
 from test.test_data_npz import synthetic_record
 
 SUITE, TASK = "piper_goal", "red_block_on_plate"
-
-
-@pytest.fixture(scope="module")
-def tiny_target_path(tiny_random_vla, tmp_path_factory):  # noqa: F811
-    return str(save_small_vla(tiny_random_vla, tmp_path_factory.mktemp("vla") / "tiny.safetensors"))
 
 
 @pytest.fixture(scope="module")

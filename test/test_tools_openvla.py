@@ -16,8 +16,8 @@ from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
 from heisd_ros.models.loading import load_target
 from heisd_ros.retrieval.embedding import model_fingerprint
 from heisd_ros.tools import bench, build_db, train_drafter
+from test.fixtures_demos import synth_episode
 from test.openvla_fixtures import TINY_VISION, write_tiny_openvla
-from test.test_build_db import synth_episode
 
 KEY = "libero_spatial_no_noops"
 OPTIONS = {"vision": TINY_VISION}
