@@ -2,7 +2,8 @@
 
 A test waits for what it expects with a deadline, never for a fixed time: :func:`wait_until`
 when other threads do the work, :func:`spin_until` when this thread must run the ROS
-callbacks that make the condition true.
+callbacks that make the condition true. Code that measures time takes a
+:class:`ManualClock` in tests, so a "slow" step is a step of the clock, not a sleep.
 """
 
 from __future__ import annotations
@@ -54,3 +55,16 @@ def spin_for(executor, seconds: float, spin_s: float = 0.01) -> None:
     deadline = time.monotonic() + seconds
     while (left_s := deadline - time.monotonic()) > 0:
         executor.spin_once(timeout_sec=min(spin_s, left_s))
+
+
+class ManualClock:
+    """A clock (s) that moves only when the test moves it; pass it where code reads a clock."""
+
+    def __init__(self, start_s: float = 1000.0) -> None:
+        self.now_s = start_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds

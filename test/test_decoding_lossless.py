@@ -152,5 +152,11 @@ def test_drafter_can_skip_rounds(tiny_trained_vla, tiny_drafter):
     for obs in scenes(6, seed=7):
         result = hybrid.decode(obs)
         np.testing.assert_array_equal(result.tokens, ar.decode(obs).tokens)
-        drafted += result.stats.tokens_from_draft
+        s = result.stats
+        # After the prefill the rounds go AR, draft, AR, draft...: every other one verifies a
+        # draft, and the AR rounds give one token each.
+        rounds = s.target_forwards - 1
+        assert len(s.accepted_lengths) == rounds // 2, (rounds, s.accepted_lengths)
+        assert 1 + (rounds - rounds // 2) + sum(s.accepted_lengths) == 7
+        drafted += s.tokens_from_draft
     assert drafted > 0

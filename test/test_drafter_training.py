@@ -40,10 +40,11 @@ def test_writes_head_and_card(tmp_path, tiny_trained_vla):
 
 
 def test_resume_continues_exactly(tmp_path, tiny_trained_vla):
-    run(tiny_trained_vla, tmp_path / "straight", steps=4)
+    straight = run(tiny_trained_vla, tmp_path / "straight", steps=4)
     run(tiny_trained_vla, tmp_path / "resumed", steps=2)
     card = run(tiny_trained_vla, tmp_path / "resumed", steps=4, resume=True)
     assert card["steps"] == 4
+    assert card["final_loss"] == straight["final_loss"]  # the same last step, bit for bit
     a = load_draft_head(tmp_path / "straight" / "draft_head.safetensors", tiny_trained_vla)
     b = load_draft_head(tmp_path / "resumed" / "draft_head.safetensors", tiny_trained_vla)
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):

@@ -30,6 +30,7 @@ from heisd_ros.models.draft_tree import DraftTree
 from heisd_ros.retrieval.errors import RetrievalStatus
 from heisd_ros.retrieval.retriever import RetrievalResult
 from test.fixtures_decoding import scenes
+from test.polling import ManualClock
 from test.test_hybrid_helpers import (
     STANDING,
     STRAIGHT_FAST,
@@ -236,13 +237,18 @@ def test_gripper_safe_rule_cuts_at_a_changed_gripper(data):
 @pytest.mark.parametrize("kind", ["raise", "slow", "empty", "error", "garbage", "absent"])
 def test_degradation_never_raises(tiny_random_vla, tiny_drafter, kind):
     vla = tiny_random_vla
+    clock = ManualClock()  # the slow answer takes 30 ms of it, against a 5 ms deadline
     clients = {"raise": ScriptedClient(raising),
-               "slow": ScriptedClient(lambda e: ok([candidate([1] * 7)]), delay_s=0.03),
+               "slow": ScriptedClient(lambda e: ok([candidate([1] * 7)]), delay=(clock, 0.03)),
                "empty": ScriptedClient(empty_client),
                "error": ScriptedClient(lambda e: RetrievalResult(RetrievalStatus.ERROR, "down")),
                "garbage": ScriptedClient(lambda e: object()), "absent": None}
+    why = {"raise": "error: retrieval client raised ConnectionError: service unavailable",
+           "slow": "deadline_exceeded: retrieval took 30.00 ms, budget 5.00 ms",
+           "empty": "empty: no points", "error": "error: down",
+           "garbage": "error: ERROR"}  # no status field: an error, named by its status
     cfg = RetrievalSourceConfig(deadline_s=0.005)
-    source = (RetrievalSource(clients[kind], vla.actions.vocab_base, cfg)
+    source = (RetrievalSource(clients[kind], vla.actions.vocab_base, cfg, clock=clock)
               if clients[kind] else None)
     ar = ActionDecoder(vla)
     for drafter in (DrafterSource(tiny_drafter, vla), None):
@@ -250,7 +256,10 @@ def test_degradation_never_raises(tiny_random_vla, tiny_drafter, kind):
                                drafter=drafter, retrieval=source, router=router(0.0))
         obs = scenes(1, seed=15)[0]
         got = hybrid.decode(obs, ee_positions_m=STRAIGHT_FAST)
-        assert got.record.status and not got.record.verify_skipped
+        fallback = "drafter" if drafter is not None else "AR"
+        assert got.record.status == (f"retrieval absent: {fallback}" if kind == "absent" else
+                                     f"retrieval {why[kind]}; {fallback} mode")
+        assert not got.record.verify_skipped
         np.testing.assert_array_equal(got.tokens, ar.decode(obs).tokens)
         want_source = DRAFT_DRAFTER if drafter is not None else DRAFT_NONE
         assert got.record.draft_source == want_source

@@ -44,7 +44,9 @@ def test_bench_retrieval_small(tmp_path, capsys):
         ("edge-hnsw", 16), ("edge-hnsw", 128), ("qdrant-local", None)]
     assert rows[-1]["recall_at_8"] == 1.0                       # brute force
     assert all(r["latency_ms"]["p99"] >= r["latency_ms"]["median"] > 0 for r in rows)
-    assert rows[0]["reopen_s"] > 0 and rows[0]["disk_mb"] > 0
+    assert rows[0]["reopen_s"] > 0
+    # the DB on disk holds at least the 400 float32 vectors of 32 dimensions
+    assert rows[0]["disk_mb"] >= 400 * 32 * 4 / 2**20
     assert "recall@8" in capsys.readouterr().out
     vecs = bench.demo_shaped_vectors(300, 16, seed=1)
     assert vecs.shape == (300, 16) and abs(float((vecs ** 2).sum(1).mean()) - 1) < 1e-5
