@@ -1,17 +1,19 @@
-"""Shared fixtures of the decoding-core tests (imported from test modules; no conftest.py).
+"""The tiny models of the decoding-core tests and how they are made.
 
-Tiny models keep the whole set fast on a shared 2-core machine:
-- ``tiny_random_vla``: seeded random small VLA (2 layers, hidden 64);
-- ``tiny_trained_vla``: the same architecture trained briefly (teacher forcing) to emit
-  scripted actions derived from the synthetic scenes, so its greedy choices depend on the
-  image and the instruction and are confident;
-- ``tiny_drafter``: a draft head self-distilled from ``tiny_trained_vla``.
+``test/conftest.py`` builds the shared fixtures from these (``tiny_random_vla``,
+``tiny_trained_vla``, ``tiny_drafter``); tests import the helpers (``TINY``, ``scenes``,
+``train_tiny_vla``, ``train_drafter``) from here. Tiny models keep the whole set fast on a
+shared 2-core machine:
+- a seeded random small VLA (2 layers, hidden 64);
+- the same architecture trained briefly (teacher forcing) to emit scripted actions derived
+  from the synthetic scenes, so its greedy choices depend on the image and the instruction and
+  are confident;
+- a draft head self-distilled from the trained one.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 from torch.nn import functional as F
 
@@ -74,17 +76,6 @@ def train_tiny_vla(vla: SmallVLA, observations, steps: int, batch: int = 8,
     return vla
 
 
-@pytest.fixture(scope="session")
-def tiny_random_vla() -> SmallVLA:
-    return SmallVLA.random(TINY, seed=1)
-
-
-@pytest.fixture(scope="session")
-def tiny_trained_vla() -> SmallVLA:
-    vla = SmallVLA.random(TINY, seed=2)
-    return train_tiny_vla(vla, scenes(48, seed=100), steps=100)
-
-
 def train_drafter(vla: SmallVLA, observations, steps: int, seed: int = 0) -> DraftHead:
     config = DrafterTrainConfig(steps=steps, batch_size=8, lr=3e-3, seed=seed)
     with torch.random.fork_rng():
@@ -94,8 +85,3 @@ def train_drafter(vla: SmallVLA, observations, steps: int, seed: int = 0) -> Dra
     while trainer.step < steps:
         trainer.train_step()
     return head.eval()
-
-
-@pytest.fixture(scope="session")
-def tiny_drafter(tiny_trained_vla) -> DraftHead:
-    return train_drafter(tiny_trained_vla, scenes(48, seed=200), steps=80)

@@ -10,12 +10,13 @@ from heisd_ros.decoding.bench_runner import BenchRecord, summarise
 from heisd_ros.decoding.decoder import ActionResult
 from heisd_ros.decoding.stats import StepStats
 from heisd_ros.models.checkpoint import save_draft_head, save_small_vla
+from heisd_ros.models.synthetic_scenes import SyntheticScenes
 from heisd_ros.tools import bench
-from test.fixtures_decoding import scenes, tiny_drafter, tiny_trained_vla  # noqa: F401
+from test.fixtures_decoding import TINY
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory, tiny_trained_vla, tiny_drafter):  # noqa: F811
+def files(tmp_path_factory, tiny_trained_vla, tiny_drafter):
     root = tmp_path_factory.mktemp("bench")
     target = save_small_vla(tiny_trained_vla, root / "vla.safetensors", dtype="float32")
     head = save_draft_head(tiny_drafter, root / "head.safetensors", tiny_trained_vla)
@@ -47,15 +48,29 @@ def test_decode_bench_json_and_table(files, capsys):
     assert "drafter_relaxed" in table and "speed-up" in table
 
 
-def test_profile(files):
+def test_profile(files, tiny_trained_vla):
     target, head, root = files
     out = root / "profile.json"
     assert bench.main(["profile", "--target", str(target), "--drafter", str(head),
                        "--repeats", "2", "--json", str(out)]) == 0
     profile = json.loads(out.read_text())
-    for key in ("vision_ms", "prefill_ms", "decode_forward_ms", "draft_over_target_forward",
-                "vision_share_of_ar"):
-        assert profile[key] > 0
+    for key in ("vision_ms", "prefill_ms", "decode_forward_ms", "tree16_forward_ms",
+                "draft_head_4_nodes_ms", "draft_over_target_forward", "vision_share_of_ar"):
+        assert profile[key] > 0, key
+    # What was profiled: the whole target, on the prompt of the seed-0 scene.
+    vla = tiny_trained_vla
+    assert profile["target_parameters"] == sum(p.numel() for p in vla.net.parameters())
+    instruction = SyntheticScenes(1, seed=0).scene(0).instruction
+    text = len(vla.prompt_ids(instruction)) - 1  # without bos
+    assert profile["prompt_tokens"] == 1 + 2 * TINY.patches_per_camera + text
+    # The estimate and the ratios follow from the timings: vision, prefill (the first token)
+    # and one decode forward for each of the other six tokens.
+    ar_ms = profile["vision_ms"] + profile["prefill_ms"] + 6 * profile["decode_forward_ms"]
+    assert profile["ar_action_ms_estimate"] == pytest.approx(ar_ms)
+    assert profile["vision_share_of_ar"] == pytest.approx(profile["vision_ms"] / ar_ms)
+    assert profile["vision_share_of_ar"] < 1
+    assert profile["draft_over_target_forward"] == pytest.approx(
+        profile["draft_head_4_nodes_ms"] / profile["decode_forward_ms"])
 
 
 def fake_result(bins, total_ms, forwards, lengths):

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from test.polling import wait_until
+from test.polling import spin_until, wait_until
 from test.ros_env import require_ros
 
 rclpy, hmsg, _ = require_ros()
@@ -46,9 +46,7 @@ def test_bringup_runs_the_sim_graph_in_one_process(tmp_path):
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     try:
-        end = time.monotonic() + 90
-        while time.monotonic() < end and len(commands) < 3 and proc.poll() is None:
-            executor.spin_once(timeout_sec=0.1)
+        spin_until(executor, lambda: len(commands) >= 3 or proc.poll() is not None, 90)
         text = log.read_text()
         assert len(commands) >= 3, text[-4000:]
         assert statuses and statuses[-1].task == "blue_block_in_basket"

@@ -8,9 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from heisd_ros.data.episode import EpisodeRecord
 from heisd_ros.data.npz_episodes import episode_path, save_episode
-from heisd_ros.models.checkpoint import load_small_vla, save_small_vla
+from heisd_ros.models.checkpoint import load_small_vla
 from heisd_ros.retrieval.embedding import (
     embed_observation,
     embedding_from_features,
@@ -21,45 +20,8 @@ from heisd_ros.retrieval.retriever import Retriever
 from heisd_ros.retrieval.store import open_store
 from heisd_ros.retrieval.store_config import StoreConfig
 from heisd_ros.tools import build_db
-from test.fixtures_decoding import TINY, scenes, tiny_random_vla  # noqa: F401
-
-T_STEPS = 8
-
-
-def synth_episode(task: str, seed: int, steps: int = T_STEPS) -> EpisodeRecord:
-    """A demonstration in the documented npz layout: a straight EE path, scene images."""
-    obs = scenes(steps, seed=seed)
-    rng = np.random.default_rng(seed)
-    ee = np.array([0.3, 0.0, 0.2]) + np.outer(np.arange(steps), [0.01, 0.002, -0.003])
-    action = np.concatenate([np.diff(ee, axis=0, append=ee[-1:] + [0.01, 0.002, -0.003]),
-                             rng.normal(0, 0.02, (steps, 3)),
-                             (np.arange(steps) >= steps // 2)[:, None]], axis=1)
-    return EpisodeRecord(
-        suite="suite_a", task=task, instruction=obs[0].instruction, seed=seed, success=True,
-        control_rate_hz=10.0,
-        image_third_person=np.stack([o.image_primary for o in obs]),
-        image_wrist=np.stack([o.image_wrist for o in obs]),
-        joint_positions_rad=np.zeros((steps, 6), np.float32),
-        gripper_width_m=np.full(steps, 0.05, np.float32),
-        ee_position_m=ee.astype(np.float32), ee_rpy_rad=np.zeros((steps, 3), np.float32),
-        ee_quat_xyzw=np.tile([0, 0, 0, 1], (steps, 1)).astype(np.float32),
-        action=action.astype(np.float32), stamp_s=np.arange(steps) * 0.1,
-        step_success=np.zeros(steps, bool))
-
-
-@pytest.fixture(scope="module")
-def demos(tmp_path_factory):
-    root = tmp_path_factory.mktemp("demos")
-    for i, task in enumerate(["task_a", "task_a", "task_b"]):
-        save_episode(synth_episode(task, 40 + i), episode_path(root, "suite_a", task, i))
-    return root
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, tiny_random_vla):  # noqa: F811
-    path = tmp_path_factory.mktemp("ckpt") / "vla.safetensors"
-    save_small_vla(tiny_random_vla, path, dtype="float32")
-    return path
+from test.fixtures_decoding import TINY, scenes
+from test.fixtures_demos import T_STEPS, synth_episode
 
 
 def run(demos, db, checkpoint, *extra):
@@ -67,14 +29,14 @@ def run(demos, db, checkpoint, *extra):
                           "--router-window", "3", "--exact", "--hold-out-every", "0", *extra])
 
 
-def test_end_to_end_build_and_retrieve(demos, checkpoint, tmp_path):
+def test_end_to_end_build_and_retrieve(demos, tiny_target_path, tmp_path):
     db = tmp_path / "db"
-    assert run(demos, db, checkpoint) == 0
+    assert run(demos, db, tiny_target_path) == 0
     stats = json.loads((db / "offline_stats.json").read_text())
     assert stats["points"] == 3 * T_STEPS and stats["tasks"] == ["task_a", "task_b"]
     assert stats["shared_collections"] == {}
     assert stats["router_stats"]["suite_a"]["n_windows"] == 3 * (T_STEPS - 2)
-    target = load_small_vla(checkpoint)
+    target = load_small_vla(tiny_target_path)
     assert stats["model_fingerprint"] == model_fingerprint(target)
     store = open_store(StoreConfig(path=str(db), exact_search=True),
                        dimension=stats["dimension"], model_fingerprint=stats["model_fingerprint"])
@@ -92,12 +54,12 @@ def test_end_to_end_build_and_retrieve(demos, checkpoint, tmp_path):
         store.close()
 
 
-def test_one_task_name_in_two_suites_is_reported(checkpoint, tmp_path, capsys):
+def test_one_task_name_in_two_suites_is_reported(tiny_target_path, tmp_path, capsys):
     root = tmp_path / "demos"
     for i, suite in enumerate(["suite_a", "suite_b"]):
         record = dataclasses.replace(synth_episode("task_a", 50 + i), suite=suite)
         save_episode(record, episode_path(root, suite, "task_a", i))
-    assert run(root, tmp_path / "db", checkpoint) == 0
+    assert run(root, tmp_path / "db", tiny_target_path) == 0
     stats = json.loads((tmp_path / "db" / "offline_stats.json").read_text())
     assert stats["tasks"] == ["task_a"]
     assert stats["shared_collections"] == {"task_a": ["suite_a", "suite_b"]}
@@ -105,24 +67,24 @@ def test_one_task_name_in_two_suites_is_reported(checkpoint, tmp_path, capsys):
     assert "suites suite_a, suite_b each have a task named 'task_a'" in err
 
 
-def test_refuses_other_fingerprint_and_dimension(demos, checkpoint, tmp_path, capsys):
+def test_refuses_other_fingerprint_and_dimension(demos, tiny_target_path, tmp_path, capsys):
     db = tmp_path / "db"
     open_store(StoreConfig(path=str(db)), create=True, dimension=TINY.vision_dim * 2,
                model_fingerprint="some-other-model").close()
-    assert run(demos, db, checkpoint, "--max-episodes", "1") == 2
+    assert run(demos, db, tiny_target_path, "--max-episodes", "1") == 2
     err = capsys.readouterr().err
     assert "incompatible DB" in err and "model_fingerprint" in err
     db2 = tmp_path / "db2"
-    target = load_small_vla(checkpoint)
+    target = load_small_vla(tiny_target_path)
     open_store(StoreConfig(path=str(db2)), create=True, dimension=7,
                model_fingerprint=model_fingerprint(target)).close()
-    assert run(demos, db2, checkpoint, "--max-episodes", "1") == 2
+    assert run(demos, db2, tiny_target_path, "--max-episodes", "1") == 2
     assert "dimension" in capsys.readouterr().err
     with pytest.raises(MetadataMismatchError, match="model_fingerprint"):
         open_store(StoreConfig(path=str(db)), model_fingerprint=model_fingerprint(target))
 
 
-def test_embedding_is_unit_and_fingerprint_tracks_weights(tiny_random_vla):  # noqa: F811
+def test_embedding_is_unit_and_fingerprint_tracks_weights(tiny_random_vla):
     obs = scenes(1, seed=3)[0]
     emb = embed_observation(tiny_random_vla, obs)
     assert emb.shape == (2 * TINY.vision_dim,) and np.linalg.norm(emb) == pytest.approx(1.0)

@@ -21,21 +21,12 @@ from heisd_ros.data.bag_episodes import (
 from heisd_ros.data.npz_episodes import episode_path, save_episode
 from heisd_ros.data.rosbag_io import EE_COMMAND_TYPE, make_typestore, write_episode_bag
 from heisd_ros.eval import recording
-from heisd_ros.models.checkpoint import save_small_vla
 from heisd_ros.retrieval.store import open_store
 from heisd_ros.retrieval.store_config import StoreConfig
 from heisd_ros.tools import build_db, record
-from test.fixtures_decoding import tiny_random_vla  # noqa: F401
 
 SUITE, TASK = "piper_goal", "red_block_on_plate"
 STEPS = 4
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, tiny_random_vla):  # noqa: F811
-    path = tmp_path_factory.mktemp("ckpt") / "vla.safetensors"
-    save_small_vla(tiny_random_vla, path, dtype="float32")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +88,12 @@ def test_bag_reads_back_as_the_recorded_episode(recorded):
         np.testing.assert_array_equal(load_any_episode(path).action, episode.action)
 
 
-def test_db_from_bags_matches_db_from_npz(recorded, checkpoint, tmp_path):
+def test_db_from_bags_matches_db_from_npz(recorded, tiny_target_path, tmp_path):
     root, _ = recorded
-    assert build(root / "npz", tmp_path / "db_npz", checkpoint) == 0
-    assert build(root / "bags", tmp_path / "db_sqlite", checkpoint) == 0
+    assert build(root / "npz", tmp_path / "db_npz", tiny_target_path) == 0
+    assert build(root / "bags", tmp_path / "db_sqlite", tiny_target_path) == 0
     mcap = root / "mcap" / "episode_bag"
-    assert build(mcap, tmp_path / "db_mcap", checkpoint, "--demos-format", "bag") == 0
+    assert build(mcap, tmp_path / "db_mcap", tiny_target_path, "--demos-format", "bag") == 0
     want = all_points(tmp_path / "db_npz")
     assert len(want) == STEPS
     for db in ("db_sqlite", "db_mcap"):
@@ -113,17 +104,18 @@ def test_db_from_bags_matches_db_from_npz(recorded, checkpoint, tmp_path):
             assert got[i][1] == pytest.approx(score, abs=1e-5), (db, i)
 
 
-def test_db_from_a_bag_with_png_compressed_cameras_matches_npz(recorded, checkpoint, tmp_path):
+def test_db_from_a_bag_with_png_compressed_cameras_matches_npz(recorded, tiny_target_path,
+                                                               tmp_path):
     """CompressedImage cameras (heisd-record --camera-format png: lossless) build the same DB."""
     root, episode = recorded
     code = record.main(["--suite", SUITE, "--task", TASK, "--policy", "expert", "--episodes",
                         "1", "--max-steps", str(STEPS), "--image-size", "32", "--camera-format",
                         "png", "--out", str(tmp_path / "png"), "--storage", "mcap"])
     assert code == 0
-    assert build(root / "npz", tmp_path / "db_npz", checkpoint) == 0
+    assert build(root / "npz", tmp_path / "db_npz", tiny_target_path) == 0
     topics = ["--topic-primary", "/camera/third_person/image_raw/compressed",
               "--topic-wrist", "/camera/wrist/image_raw/compressed"]
-    assert build(tmp_path / "png", tmp_path / "db_png", checkpoint, *topics) == 0
+    assert build(tmp_path / "png", tmp_path / "db_png", tiny_target_path, *topics) == 0
     want, got = all_points(tmp_path / "db_npz"), all_points(tmp_path / "db_png")
     assert sorted(got) == sorted(want)
     for i, (payload, score) in want.items():
@@ -217,7 +209,7 @@ def test_live_bag_pairs_by_stamp(tmp_path):
     assert not no_joints.joint_positions_rad.any()
 
 
-def test_errors_name_what_was_found_and_the_remaps(tmp_path, checkpoint, capsys):
+def test_errors_name_what_was_found_and_the_remaps(tmp_path, tiny_target_path, capsys):
     _live_bag(tmp_path / "live")
     with pytest.raises(BagEpisodeError, match="--bag-task"):
         load_bag_episode(tmp_path / "live", LIVE)
@@ -227,11 +219,11 @@ def test_errors_name_what_was_found_and_the_remaps(tmp_path, checkpoint, capsys)
     assert "/cam_high/image_raw" in text and "--topic-primary" in text
     assert "/camera/third_person/image_raw" in text and "--topic-ee-pose" in text
     _live_bag(tmp_path / "no_cmd", with_command=False)
-    code = build(tmp_path / "no_cmd", tmp_path / "db", checkpoint, "--bag-task", "stack",
+    code = build(tmp_path / "no_cmd", tmp_path / "db", tiny_target_path, "--bag-task", "stack",
                  "--topic-primary", LIVE.primary, "--topic-wrist", LIVE.wrist,
                  "--topic-joint-states", LIVE.joint_states, "--topic-ee-pose", LIVE.ee_pose)
     assert code == 2
     err_text = capsys.readouterr().err
     assert "/heisd/ee_command" in err_text and "--topic-ee-command" in err_text
-    assert build(tmp_path / "nothing_here", tmp_path / "db2", checkpoint) == 2
+    assert build(tmp_path / "nothing_here", tmp_path / "db2", tiny_target_path) == 2
     assert "does not exist" in capsys.readouterr().err

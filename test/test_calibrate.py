@@ -19,8 +19,7 @@ from heisd_ros.data.observation import EpisodeState
 from heisd_ros.decoding.hybrid import build_hybrid_decoder
 from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig
 from heisd_ros.tools import build_db, calibrate
-from test.fixtures_decoding import scenes, tiny_random_vla  # noqa: F401
-from test.test_build_db import checkpoint, demos  # noqa: F401
+from test.fixtures_decoding import scenes
 
 
 def test_precision_threshold_is_the_lowest_that_qualifies():
@@ -56,14 +55,14 @@ def test_draft_passes_is_the_group_rule():
     assert not draft_passes(target - [0, 0, 0, 0, 0, 0, 1], target, cfg)     # gripper
 
 
-def test_calibrate_end_to_end_and_load_into_hybrid(demos, checkpoint, tmp_path):  # noqa: F811
+def test_calibrate_end_to_end_and_load_into_hybrid(demos, tiny_target_path, tmp_path):
     db = tmp_path / "db"
-    assert build_db.main(["--demos", str(demos), "--db", str(db), "--target", str(checkpoint),
+    assert build_db.main(["--demos", str(demos), "--db", str(db), "--target", tiny_target_path,
                           "--router-window", "3", "--exact", "--hold-out-every", "2"]) == 0
     offline = json.loads((db / "offline_stats.json").read_text())
     assert len(offline["held_out_episodes"]) == 1
     out = tmp_path / "cal.json"
-    assert calibrate.main(["--db", str(db), "--target", str(checkpoint), "--exact",
+    assert calibrate.main(["--db", str(db), "--target", tiny_target_path, "--exact",
                            "--min-support", "2", "--out", str(out)]) == 0
     json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON {c}"))
     cal = VerifySkipCalibration.load(out)
@@ -72,7 +71,7 @@ def test_calibrate_end_to_end_and_load_into_hybrid(demos, checkpoint, tmp_path):
     from heisd_ros.models.checkpoint import load_small_vla
     from heisd_ros.retrieval.store_config import StoreConfig
 
-    target = load_small_vla(checkpoint)
+    target = load_small_vla(tiny_target_path)
     hybrid = build_hybrid_decoder(
         "heisd", target, store_config=StoreConfig(path=str(db), exact_search=True),
         router_stats=offline["router_stats"]["suite_a"]["path"], calibration=out)
@@ -83,10 +82,10 @@ def test_calibrate_end_to_end_and_load_into_hybrid(demos, checkpoint, tmp_path):
     assert got.record.router_mode == 0 and got.stats.target_forwards >= 1   # short history
 
 
-def test_calibrate_without_held_out_fails_clearly(demos, checkpoint, tmp_path, capsys):  # noqa: F811
+def test_calibrate_without_held_out_fails_clearly(demos, tiny_target_path, tmp_path, capsys):
     db = tmp_path / "db"
-    assert build_db.main(["--demos", str(demos), "--db", str(db), "--target", str(checkpoint),
+    assert build_db.main(["--demos", str(demos), "--db", str(db), "--target", tiny_target_path,
                           "--router-window", "3", "--exact", "--hold-out-every", "0",
                           "--max-episodes", "1"]) == 0
-    assert calibrate.main(["--db", str(db), "--target", str(checkpoint)]) == 2
+    assert calibrate.main(["--db", str(db), "--target", tiny_target_path]) == 2
     assert "held-out" in capsys.readouterr().err

@@ -14,27 +14,22 @@ from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
 from heisd_ros.decoding.hf_reference import hf_generate_action
 from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
 from heisd_ros.models.draft_tree import DraftTree
-from test.fixtures_decoding import scenes, tiny_drafter, tiny_random_vla, tiny_trained_vla  # noqa: F401
+from test.fixtures_decoding import scenes
 
 N_OBS = 12
 
 
-@pytest.fixture(params=["random", "trained"], scope="module")
-def vla(request, tiny_random_vla, tiny_trained_vla):  # noqa: F811
-    return tiny_random_vla if request.param == "random" else tiny_trained_vla
-
-
-def test_ar_equals_transformers_generate(vla):
-    ar = ActionDecoder(vla)
+def test_ar_equals_transformers_generate(tiny_vla):
+    ar = ActionDecoder(tiny_vla)
     for obs in scenes(N_OBS, seed=1):
         result = ar.decode(obs)
-        np.testing.assert_array_equal(result.tokens, hf_generate_action(vla, obs))
+        np.testing.assert_array_equal(result.tokens, hf_generate_action(tiny_vla, obs))
         assert result.stats.target_forwards == 7
         assert result.stats.accepted_lengths == [] and result.stats.tokens_from_draft == 0
-        assert result.hidden.shape == (7, vla.hidden_size)
+        assert result.hidden.shape == (7, tiny_vla.hidden_size)
 
 
-def test_trained_model_is_input_dependent(tiny_trained_vla):  # noqa: F811
+def test_trained_model_is_input_dependent(tiny_trained_vla):
     # Guards the "trained weights" case against a degenerate constant policy.
     ar = ActionDecoder(tiny_trained_vla)
     actions = {tuple(ar.decode(obs).bins) for obs in scenes(N_OBS, seed=1)}
@@ -43,9 +38,9 @@ def test_trained_model_is_input_dependent(tiny_trained_vla):  # noqa: F811
 
 @pytest.mark.parametrize("tree", [DraftTreeConfig(), DraftTreeConfig(top_k=2, node_budget=6),
                                   DraftTreeConfig(top_k=8, max_depth=3, node_budget=40)])
-def test_drafter_exact_equals_ar(vla, tiny_drafter, tree):  # noqa: F811
-    ar = ActionDecoder(vla)
-    sd = ActionDecoder(vla, DrafterSource(tiny_drafter, vla, tree), exact_rule)
+def test_drafter_exact_equals_ar(tiny_vla, tiny_drafter, tree):
+    ar = ActionDecoder(tiny_vla)
+    sd = ActionDecoder(tiny_vla, DrafterSource(tiny_drafter, tiny_vla, tree), exact_rule)
     for obs in scenes(N_OBS, seed=2):
         want, got = ar.decode(obs), sd.decode(obs)
         np.testing.assert_array_equal(got.tokens, want.tokens)
@@ -61,7 +56,7 @@ def test_drafter_exact_equals_ar(vla, tiny_drafter, tree):  # noqa: F811
         np.testing.assert_allclose(got.hidden.numpy(), want.hidden.numpy(), atol=1e-4)
 
 
-def test_trained_drafter_accepts_more_than_an_untrained_one(tiny_trained_vla, tiny_drafter):  # noqa: F811
+def test_trained_drafter_accepts_more_than_an_untrained_one(tiny_trained_vla, tiny_drafter):
     untrained = DraftHead(DraftHeadConfig.for_target(tiny_trained_vla)).eval()
     def forwards(head):
         sd = ActionDecoder(tiny_trained_vla, DrafterSource(head, tiny_trained_vla))
@@ -70,7 +65,7 @@ def test_trained_drafter_accepts_more_than_an_untrained_one(tiny_trained_vla, ti
     assert forwards(tiny_drafter) < 7
 
 
-def test_relaxed_radius_zero_is_lossless(tiny_trained_vla, tiny_drafter):  # noqa: F811
+def test_relaxed_radius_zero_is_lossless(tiny_trained_vla, tiny_drafter):
     ar = ActionDecoder(tiny_trained_vla)
     sd = ActionDecoder(tiny_trained_vla, DrafterSource(tiny_drafter, tiny_trained_vla),
                        RelaxedRule((0,) * 7))
@@ -90,7 +85,7 @@ class RecordingRule:
         return path
 
 
-def test_relaxed_decoding_stays_in_bounds_and_keeps_the_gripper(tiny_trained_vla, tiny_drafter):  # noqa: F811
+def test_relaxed_decoding_stays_in_bounds_and_keeps_the_gripper(tiny_trained_vla, tiny_drafter):
     rule = RecordingRule(RelaxedRule((12, 12, 12, 12, 12, 12, 0)))
     sd = ActionDecoder(tiny_trained_vla, DrafterSource(tiny_drafter, tiny_trained_vla), rule)
     for obs in scenes(8, seed=5):
@@ -119,7 +114,7 @@ class FixedChainSource(DraftSource):
         return 1
 
 
-def test_draft_in_prefill_accepts_a_whole_action_in_one_forward(tiny_trained_vla):  # noqa: F811
+def test_draft_in_prefill_accepts_a_whole_action_in_one_forward(tiny_trained_vla):
     vla = tiny_trained_vla
     for obs in scenes(4, seed=6):
         want = ActionDecoder(vla).decode(obs).tokens
@@ -149,7 +144,7 @@ class EveryOtherRound(DraftSource):
         return self.drafter.propose(context) if self.calls % 2 else None
 
 
-def test_drafter_can_skip_rounds(tiny_trained_vla, tiny_drafter):  # noqa: F811
+def test_drafter_can_skip_rounds(tiny_trained_vla, tiny_drafter):
     vla = tiny_trained_vla
     source = EveryOtherRound(DrafterSource(tiny_drafter, vla))
     ar, hybrid = ActionDecoder(vla), ActionDecoder(vla, source)
@@ -157,5 +152,11 @@ def test_drafter_can_skip_rounds(tiny_trained_vla, tiny_drafter):  # noqa: F811
     for obs in scenes(6, seed=7):
         result = hybrid.decode(obs)
         np.testing.assert_array_equal(result.tokens, ar.decode(obs).tokens)
-        drafted += result.stats.tokens_from_draft
+        s = result.stats
+        # After the prefill the rounds go AR, draft, AR, draft...: every other one verifies a
+        # draft, and the AR rounds give one token each.
+        rounds = s.target_forwards - 1
+        assert len(s.accepted_lengths) == rounds // 2, (rounds, s.accepted_lengths)
+        assert 1 + (rounds - rounds // 2) + sum(s.accepted_lengths) == 7
+        drafted += s.tokens_from_draft
     assert drafted > 0

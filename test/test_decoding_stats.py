@@ -2,30 +2,34 @@
 
 from __future__ import annotations
 
-import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from heisd_ros.decoding import stats
 from heisd_ros.decoding.stats import STAGES, StageClock
+from test.polling import ManualClock
 
 
-def test_cpu_stages_add_up_to_total_with_overhead():
+def test_cpu_stages_add_up_to_total_with_overhead(monkeypatch):
+    perf_counter = ManualClock()
+    monkeypatch.setattr(stats, "time", SimpleNamespace(perf_counter=perf_counter))
     clock = StageClock("cpu")
     with clock.stage("vision"):
-        time.sleep(0.02)
+        perf_counter.advance(0.020)
     with clock.stage("verify"):
-        time.sleep(0.01)
+        perf_counter.advance(0.010)
+    perf_counter.advance(0.004)  # between two stages: overhead
     with clock.stage("verify"):
-        time.sleep(0.01)
-    time.sleep(0.01)  # outside any stage: overhead
+        perf_counter.advance(0.010)
+    perf_counter.advance(0.006)  # after the last stage: overhead
     ms = clock.finish()
     assert set(ms) == set(STAGES)
-    assert ms["vision"] >= 20.0 and ms["verify"] >= 20.0
-    assert ms["prefill"] == ms["draft"] == ms["retrieval"] == 0.0
+    assert ms == pytest.approx({"vision": 20.0, "retrieval": 0.0, "prefill": 0.0, "draft": 0.0,
+                                "verify": 20.0, "overhead": 10.0, "total": 50.0})
     staged = sum(ms[k] for k in ("vision", "retrieval", "prefill", "draft", "verify"))
     assert ms["total"] == pytest.approx(staged + ms["overhead"])
-    assert ms["overhead"] >= 10.0
 
 
 @pytest.mark.parametrize("name", ["total", "overhead", "decode"])

@@ -12,7 +12,7 @@ from transformers import DynamicCache
 from heisd_ros.models.draft_tree import DraftTree
 from heisd_ros.models.small_vla import SmallVLA
 from heisd_ros.models.small_vla_config import SmallVLAConfig
-from test.fixtures_decoding import TINY, scenes, tiny_random_vla  # noqa: F401
+from test.fixtures_decoding import TINY, scenes
 
 ATOL = 2e-5
 
@@ -54,7 +54,7 @@ def check_paths(vla, prefix, committed, tree, out):
 
 
 @pytest.fixture(params=["eager", "sdpa"], scope="module")
-def vla(request, tiny_random_vla):  # noqa: F811
+def vla(request, tiny_random_vla):
     if request.param == "eager":
         return tiny_random_vla
     config = SmallVLAConfig(**{**TINY.__dict__, "attn_implementation": "sdpa"})
@@ -115,7 +115,7 @@ def test_commit_equals_fresh_prefill_over_several_rounds(vla, seed):
         torch.testing.assert_close(state.pending_embeds, vla.embed([bonus]))
 
 
-def test_target_bins_come_from_the_parents_output(tiny_random_vla):  # noqa: F811
+def test_target_bins_come_from_the_parents_output(tiny_random_vla):
     vla = tiny_random_vla
     prefix = vla.encode(scenes(1, seed=3)[0])
     state = vla.start(prefix)
@@ -127,7 +127,7 @@ def test_target_bins_come_from_the_parents_output(tiny_random_vla):  # noqa: F81
         assert bins[i] == int(vla.actions.argmax_bin(logits))
 
 
-def test_misuse_is_refused(tiny_random_vla):  # noqa: F811
+def test_misuse_is_refused(tiny_random_vla):
     vla = tiny_random_vla
     prefix = vla.encode(scenes(1, seed=4)[0])
     state = vla.start(prefix)

@@ -8,7 +8,7 @@ import torch
 from heisd_ros.models.checkpoint import load_draft_head, save_small_vla
 from heisd_ros.tools import train_drafter
 from heisd_ros.training.draft_training import DrafterTrainConfig
-from test.fixtures_decoding import scenes, tiny_trained_vla  # noqa: F401
+from test.fixtures_decoding import scenes
 
 
 def run(vla, out, steps, resume=False, observations=None):
@@ -19,7 +19,7 @@ def run(vla, out, steps, resume=False, observations=None):
                                show_progress=False)
 
 
-def test_writes_head_and_card(tmp_path, tiny_trained_vla):  # noqa: F811
+def test_writes_head_and_card(tmp_path, tiny_trained_vla):
     card = run(tiny_trained_vla, tmp_path, steps=3)
     written = json.loads((tmp_path / "card.json").read_text())
     assert written == json.loads(json.dumps(card))
@@ -39,11 +39,12 @@ def test_writes_head_and_card(tmp_path, tiny_trained_vla):  # noqa: F811
         model_fingerprint(tiny_trained_vla)
 
 
-def test_resume_continues_exactly(tmp_path, tiny_trained_vla):  # noqa: F811
-    run(tiny_trained_vla, tmp_path / "straight", steps=4)
+def test_resume_continues_exactly(tmp_path, tiny_trained_vla):
+    straight = run(tiny_trained_vla, tmp_path / "straight", steps=4)
     run(tiny_trained_vla, tmp_path / "resumed", steps=2)
     card = run(tiny_trained_vla, tmp_path / "resumed", steps=4, resume=True)
     assert card["steps"] == 4
+    assert card["final_loss"] == straight["final_loss"]  # the same last step, bit for bit
     a = load_draft_head(tmp_path / "straight" / "draft_head.safetensors", tiny_trained_vla)
     b = load_draft_head(tmp_path / "resumed" / "draft_head.safetensors", tiny_trained_vla)
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
@@ -52,13 +53,13 @@ def test_resume_continues_exactly(tmp_path, tiny_trained_vla):  # noqa: F811
         run(tiny_trained_vla, tmp_path / "never", steps=2, resume=True)
 
 
-def test_accepts_any_iterable_of_observations(tmp_path, tiny_trained_vla):  # noqa: F811
+def test_accepts_any_iterable_of_observations(tmp_path, tiny_trained_vla):
     source = (obs for obs in scenes(5, seed=40))     # a one-shot generator, like a data stream
     card = run(tiny_trained_vla, tmp_path, steps=1, observations=source)
     assert card["train_rollouts"] == 5
 
 
-def test_cli_entry_point(tmp_path, tiny_trained_vla):  # noqa: F811
+def test_cli_entry_point(tmp_path, tiny_trained_vla):
     target = save_small_vla(tiny_trained_vla, tmp_path / "vla.safetensors")
     out = tmp_path / "run"
     code = train_drafter.main(["--out", str(out), "--target", str(target), "--observations", "4",

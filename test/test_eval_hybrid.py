@@ -17,16 +17,14 @@ build_db = pytest.importorskip("heisd_ros.tools.build_db")
 from heisd_ros.data.npz_episodes import episode_path, save_episode  # noqa: E402
 from heisd_ros.data.rosbag_io import read_bag_messages  # noqa: E402
 from heisd_ros.eval.recording import TOPIC_HYBRID_STEP, make_recording_typestore  # noqa: E402
-from heisd_ros.models.checkpoint import save_small_vla  # noqa: E402
 from heisd_ros.tools import eval as eval_tool  # noqa: E402
 from heisd_ros.tools import record, replay  # noqa: E402
-from test.fixtures_decoding import tiny_random_vla  # noqa: E402, F401
 
 SUITE, TASK, SIZE = "piper_goal", "red_block_on_plate", "32"
 
 
 @pytest.fixture(scope="module")
-def setup(tiny_random_vla, tmp_path_factory):  # noqa: F811
+def setup(tiny_target_path, tmp_path_factory):
     from heisd_ros.sim.config import SimConfig
     from heisd_ros.sim.demos import record_expert_episode
     from heisd_ros.sim.env import PiperSimEnv
@@ -34,7 +32,6 @@ def setup(tiny_random_vla, tmp_path_factory):  # noqa: F811
     from heisd_ros.sim.suites import get_task
 
     root = tmp_path_factory.mktemp("hybrid")
-    target = save_small_vla(tiny_random_vla, root / "tiny.safetensors", dtype="float32")
     config = SimConfig(image_width_px=int(SIZE), image_height_px=int(SIZE))
     with PiperSimEnv(get_task(SUITE, TASK), config) as env:
         expert = ScriptedExpert(env)
@@ -42,9 +39,9 @@ def setup(tiny_random_vla, tmp_path_factory):  # noqa: F811
             save_episode(record_expert_episode(env, expert, seed, max_steps=8),
                          episode_path(root / "demos", SUITE, TASK, seed))
     assert build_db.main(["--demos", str(root / "demos"), "--db", str(root / "db"),
-                          "--target", str(target), "--router-window", "3", "--exact",
+                          "--target", tiny_target_path, "--router-window", "3", "--exact",
                           "--hold-out-every", "0"]) == 0
-    return root, str(target), str(root / "db")
+    return root, tiny_target_path, str(root / "db")
 
 
 def test_record_replay_eval_with_hybrid_methods(setup, tmp_path, capsys):

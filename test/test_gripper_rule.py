@@ -22,7 +22,7 @@ from heisd_ros.models.checkpoint import (
     save_small_vla,
 )
 from heisd_ros.models.draft_tree import DraftTree
-from test.fixtures_decoding import scenes, tiny_drafter, tiny_random_vla, tiny_trained_vla  # noqa: F401
+from test.fixtures_decoding import scenes
 from test.test_hybrid_helpers import STRAIGHT_FAST, ScriptedClient, candidate, ok, router
 
 GRIPPER = 6
@@ -52,7 +52,7 @@ def logits_with(vla, probs: dict[int, float]) -> torch.Tensor:
     return logits
 
 
-def test_closing_bins_are_those_the_codec_decodes_closed(tiny_random_vla):  # noqa: F811
+def test_closing_bins_are_those_the_codec_decodes_closed(tiny_random_vla):
     closing = tiny_random_vla._closing_bins()
     decoded = np.array([tiny_random_vla.codec.decode(np.full(7, b))[GRIPPER] for b in range(256)])
     np.testing.assert_array_equal(closing, decoded == 1.0)
@@ -60,7 +60,7 @@ def test_closing_bins_are_those_the_codec_decodes_closed(tiny_random_vla):  # no
     assert bins_to_values(np.flatnonzero(closing)).min() > 0.5
 
 
-def test_without_a_rule_every_dim_is_plain_argmax(tiny_random_vla):  # noqa: F811
+def test_without_a_rule_every_dim_is_plain_argmax(tiny_random_vla):
     vla = tiny_random_vla
     assert vla.gripper_switch_probability is None
     generator = torch.Generator().manual_seed(0)
@@ -70,7 +70,7 @@ def test_without_a_rule_every_dim_is_plain_argmax(tiny_random_vla):  # noqa: F81
                                   vla.actions.argmax_bin(logits).numpy())
 
 
-def test_the_state_changes_on_the_other_states_total_probability(tiny_random_vla,  # noqa: F811
+def test_the_state_changes_on_the_other_states_total_probability(tiny_random_vla,
                                                                   with_rule):
     vla = tiny_random_vla
     # The single most likely bin closes (0.45) but opening bins hold 0.55 together.
@@ -118,7 +118,7 @@ def _noisy_client(seed: int) -> ScriptedClient:
 
 
 @pytest.mark.parametrize("method", ["drafter", "retrieval", "router_only"])
-def test_lossless_methods_equal_ar_under_the_rule(tiny_random_vla, tiny_drafter,  # noqa: F811
+def test_lossless_methods_equal_ar_under_the_rule(tiny_random_vla, tiny_drafter,
                                                   with_rule, method):
     vla = tiny_random_vla
     observations = with_state(scenes(6, seed=21))
@@ -137,7 +137,7 @@ def test_lossless_methods_equal_ar_under_the_rule(tiny_random_vla, tiny_drafter,
         np.testing.assert_array_equal(got.tokens, want)
 
 
-def test_a_checkpoint_carries_its_rule(tiny_trained_vla, tmp_path):  # noqa: F811
+def test_a_checkpoint_carries_its_rule(tiny_trained_vla, tmp_path):
     plain = save_small_vla(tiny_trained_vla, tmp_path / "plain.safetensors")
     assert load_small_vla(plain).gripper_switch_probability is None
     ruled = save_small_vla(tiny_trained_vla, tmp_path / "ruled.safetensors",
@@ -149,7 +149,7 @@ def test_a_checkpoint_carries_its_rule(tiny_trained_vla, tmp_path):  # noqa: F81
         load_small_vla(bad)
 
 
-def test_setting_the_rule_keeps_the_weights_bit_for_bit(tiny_trained_vla, tmp_path):  # noqa: F811
+def test_setting_the_rule_keeps_the_weights_bit_for_bit(tiny_trained_vla, tmp_path):
     from safetensors.torch import load_file, save_file
 
     from heisd_ros.models.checkpoint import set_gripper_switch_probability
@@ -200,7 +200,7 @@ class _ChainSource(DraftSource):
         return DraftTree.chain(self.tokens[len(context.action_tokens):])
 
 
-def test_a_draft_of_the_plain_greedy_gripper_is_rejected(tiny_random_vla, with_rule):  # noqa: F811
+def test_a_draft_of_the_plain_greedy_gripper_is_rejected(tiny_random_vla, with_rule):
     vla = tiny_random_vla
     observations = with_state(scenes(6, seed=21))
     plain = [ActionDecoder(vla).decode(obs).tokens for obs in observations]
@@ -217,7 +217,7 @@ def test_a_draft_of_the_plain_greedy_gripper_is_rejected(tiny_random_vla, with_r
     assert differs, "no gripper decision changed: this test could not fail"
 
 
-def test_replay_threads_each_methods_own_gripper_decision(tiny_random_vla, tiny_drafter,  # noqa: F811
+def test_replay_threads_each_methods_own_gripper_decision(tiny_random_vla, tiny_drafter,
                                                          with_rule):
     from heisd_ros.eval.replay import replay_frames
 

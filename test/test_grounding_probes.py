@@ -9,6 +9,9 @@ import torch
 from heisd_ros.eval.grounding import OBJECTS, first_action_alignment, pathway_probe
 from heisd_ros.models.small_vla import SmallVLA
 from heisd_ros.models.subgoal import SCALE_M
+from heisd_ros.sim.config import SimConfig
+from heisd_ros.sim.env import PiperSimEnv
+from heisd_ros.sim.suites import get_task
 from test.test_vla_training import TINY_STEM
 
 
@@ -35,7 +38,12 @@ def test_pathway_probe_finds_the_object_a_pathway_points_at():
                 layer.bias.zero_()
     result = pathway_probe(vla, seeds=[100], image_size_px=32)
     assert result["cases"] == len(OBJECTS) and result["hits"] == 1
-    assert result["median_distance_mm"] > 0
+    with PiperSimEnv(get_task("piper_object", "red_block_in_basket"),
+                     SimConfig(image_width_px=32, image_height_px=32)) as env:
+        env.reset(100)
+        hand = env.robot_state().ee_position_m[:2]
+        gaps_m = [np.linalg.norm(env.body_pos(name)[:2] - hand) for name in OBJECTS]
+    assert result["median_distance_mm"] == pytest.approx(1000 * np.median(gaps_m), abs=1e-3)
     # Pointing 1 m away along x: no object is within reach of that point.
     with torch.no_grad():
         vla.net.subgoal.head[-1].bias[0] = 1.0 / SCALE_M

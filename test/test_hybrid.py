@@ -31,7 +31,8 @@ from heisd_ros.decoding.retrieval_source import RetrievalSource, RetrievalSource
 from heisd_ros.models.draft_tree import DraftTree
 from heisd_ros.retrieval.errors import RetrievalStatus
 from heisd_ros.retrieval.retriever import RetrievalResult
-from test.fixtures_decoding import scenes, tiny_drafter, tiny_random_vla, tiny_trained_vla  # noqa: F401
+from test.fixtures_decoding import scenes
+from test.polling import ManualClock
 from test.test_hybrid_helpers import (
     STANDING,
     STRAIGHT_FAST,
@@ -45,11 +46,6 @@ from test.test_hybrid_helpers import (
 
 N_OBS = 4
 RS = RetrievalSourceConfig(deadline_s=0.5)
-
-
-@pytest.fixture(params=["random", "trained"], scope="module")
-def vla(request, tiny_random_vla, tiny_trained_vla):  # noqa: F811
-    return tiny_random_vla if request.param == "random" else tiny_trained_vla
 
 
 def perfect_client(vla):
@@ -106,15 +102,16 @@ def make_client(kind, vla, observations):
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))
-def test_router_only_is_lossless_on_every_route(vla, tiny_drafter, route):  # noqa: F811
+def test_router_only_is_lossless_on_every_route(tiny_vla, tiny_drafter, route):
     kind, threshold, history, with_drafter = ROUTES[route]
     observations = scenes(N_OBS, seed=11)
-    client = make_client(kind, vla, observations)
+    client = make_client(kind, tiny_vla, observations)
     hybrid = HybridDecoder(
-        vla, HybridConfig(method="router_only", retrieval=RS),
-        drafter=DrafterSource(tiny_drafter, vla) if with_drafter else None,
-        retrieval=RetrievalSource(client, vla.actions.vocab_base, RS), router=router(threshold))
-    ar = ActionDecoder(vla)
+        tiny_vla, HybridConfig(method="router_only", retrieval=RS),
+        drafter=DrafterSource(tiny_drafter, tiny_vla) if with_drafter else None,
+        retrieval=RetrievalSource(client, tiny_vla.actions.vocab_base, RS),
+        router=router(threshold))
+    ar = ActionDecoder(tiny_vla)
     for obs in observations:
         got = hybrid.decode(obs, ee_positions_m=history)
         np.testing.assert_array_equal(got.tokens, ar.decode(obs).tokens)
@@ -133,16 +130,16 @@ def test_router_only_is_lossless_on_every_route(vla, tiny_drafter, route):  # no
 
 
 @pytest.mark.parametrize("route", ["drafter-low-F", "retrieval-noisy", "retrieval-perfect"])
-def test_heisd_ar_never_runs_the_draft_head(vla, tiny_drafter, route):  # noqa: F811
+def test_heisd_ar_never_runs_the_draft_head(tiny_vla, tiny_drafter, route):
     kind, threshold, history, _ = ROUTES[route]
     observations = scenes(N_OBS, seed=13)
     # A head is passed but the method does not use it: AR takes its place.
     hybrid = HybridDecoder(
-        vla, HybridConfig(method="heisd_ar", retrieval=RS),
-        drafter=DrafterSource(tiny_drafter, vla),
-        retrieval=RetrievalSource(make_client(kind, vla, observations), vla.actions.vocab_base,
-                                  RS), router=router(threshold))
-    ar = ActionDecoder(vla)
+        tiny_vla, HybridConfig(method="heisd_ar", retrieval=RS),
+        drafter=DrafterSource(tiny_drafter, tiny_vla),
+        retrieval=RetrievalSource(make_client(kind, tiny_vla, observations),
+                                  tiny_vla.actions.vocab_base, RS), router=router(threshold))
+    ar = ActionDecoder(tiny_vla)
     for obs in observations:
         got = hybrid.decode(obs, ee_positions_m=history)
         assert got.stats.drafter_forwards == 0 and got.record.draft_source != DRAFT_DRAFTER
@@ -155,11 +152,12 @@ def test_heisd_ar_never_runs_the_draft_head(vla, tiny_drafter, route):  # noqa: 
 
 
 @pytest.mark.parametrize("method", ["ar", "drafter", "retrieval"])
-def test_non_router_methods_are_lossless(vla, tiny_drafter, method):  # noqa: F811
-    hybrid = HybridDecoder(vla, HybridConfig(method=method, retrieval=RS),
-                           drafter=DrafterSource(tiny_drafter, vla),
-                           retrieval=RetrievalSource(noisy_client(1), vla.actions.vocab_base, RS))
-    ar = ActionDecoder(vla)
+def test_non_router_methods_are_lossless(tiny_vla, tiny_drafter, method):
+    hybrid = HybridDecoder(tiny_vla, HybridConfig(method=method, retrieval=RS),
+                           drafter=DrafterSource(tiny_drafter, tiny_vla),
+                           retrieval=RetrievalSource(noisy_client(1),
+                                                     tiny_vla.actions.vocab_base, RS))
+    ar = ActionDecoder(tiny_vla)
     for obs in scenes(N_OBS, seed=12):
         got = hybrid.decode(obs)
         np.testing.assert_array_equal(got.tokens, ar.decode(obs).tokens)
@@ -168,7 +166,7 @@ def test_non_router_methods_are_lossless(vla, tiny_drafter, method):  # noqa: F8
         assert got.stats.target_forwards == 7
 
 
-def test_skip_costs_zero_forwards_and_keeps_the_gripper(tiny_trained_vla):  # noqa: F811
+def test_skip_costs_zero_forwards_and_keeps_the_gripper(tiny_trained_vla):
     vla = tiny_trained_vla
     observations = scenes(3, seed=13)
     client = make_client("perfect", vla, observations)
@@ -208,7 +206,7 @@ def _target_gripper_bin(vla, obs, tokens6) -> int:
 @given(bins=st.lists(st.lists(st.integers(0, 255), min_size=7, max_size=7), min_size=1,
                      max_size=3),
        gripper=st.sampled_from([0, 255]), steps=st.integers(0, 1))
-def test_gripper_never_changes_without_verification(tiny_trained_vla, bins, gripper,  # noqa: F811
+def test_gripper_never_changes_without_verification(tiny_trained_vla, bins, gripper,
                                                     steps):
     vla = tiny_trained_vla
     cands = [candidate(b, 0.999 - 0.001 * i, i) for i, b in enumerate(bins)]
@@ -241,15 +239,20 @@ def test_gripper_safe_rule_cuts_at_a_changed_gripper(data):
 
 
 @pytest.mark.parametrize("kind", ["raise", "slow", "empty", "error", "garbage", "absent"])
-def test_degradation_never_raises(tiny_random_vla, tiny_drafter, kind):  # noqa: F811
+def test_degradation_never_raises(tiny_random_vla, tiny_drafter, kind):
     vla = tiny_random_vla
+    clock = ManualClock()  # the slow answer takes 30 ms of it, against a 5 ms deadline
     clients = {"raise": ScriptedClient(raising),
-               "slow": ScriptedClient(lambda e: ok([candidate([1] * 7)]), delay_s=0.03),
+               "slow": ScriptedClient(lambda e: ok([candidate([1] * 7)]), delay=(clock, 0.03)),
                "empty": ScriptedClient(empty_client),
                "error": ScriptedClient(lambda e: RetrievalResult(RetrievalStatus.ERROR, "down")),
                "garbage": ScriptedClient(lambda e: object()), "absent": None}
+    why = {"raise": "error: retrieval client raised ConnectionError: service unavailable",
+           "slow": "deadline_exceeded: retrieval took 30.00 ms, budget 5.00 ms",
+           "empty": "empty: no points", "error": "error: down",
+           "garbage": "error: ERROR"}  # no status field: an error, named by its status
     cfg = RetrievalSourceConfig(deadline_s=0.005)
-    source = (RetrievalSource(clients[kind], vla.actions.vocab_base, cfg)
+    source = (RetrievalSource(clients[kind], vla.actions.vocab_base, cfg, clock=clock)
               if clients[kind] else None)
     ar = ActionDecoder(vla)
     for drafter in (DrafterSource(tiny_drafter, vla), None):
@@ -257,7 +260,10 @@ def test_degradation_never_raises(tiny_random_vla, tiny_drafter, kind):  # noqa:
                                drafter=drafter, retrieval=source, router=router(0.0))
         obs = scenes(1, seed=15)[0]
         got = hybrid.decode(obs, ee_positions_m=STRAIGHT_FAST)
-        assert got.record.status and not got.record.verify_skipped
+        fallback = "drafter" if drafter is not None else "AR"
+        assert got.record.status == (f"retrieval absent: {fallback}" if kind == "absent" else
+                                     f"retrieval {why[kind]}; {fallback} mode")
+        assert not got.record.verify_skipped
         np.testing.assert_array_equal(got.tokens, ar.decode(obs).tokens)
         want_source = DRAFT_DRAFTER if drafter is not None else DRAFT_NONE
         assert got.record.draft_source == want_source
@@ -265,7 +271,7 @@ def test_degradation_never_raises(tiny_random_vla, tiny_drafter, kind):  # noqa:
             assert got.stats.target_forwards == 7
 
 
-def test_threshold_adapts_within_bounds(tiny_random_vla):  # noqa: F811
+def test_threshold_adapts_within_bounds(tiny_random_vla):
     cfg = HybridConfig(method="ar", skip_threshold=0.95, skip_bounds=(0.93, 0.97),
                        tighten_step=0.01, relax_step=0.005)
     hybrid = HybridDecoder(tiny_random_vla, cfg)
@@ -278,7 +284,7 @@ def test_threshold_adapts_within_bounds(tiny_random_vla):  # noqa: F811
     assert hybrid.skip_threshold == pytest.approx(0.93)
 
 
-def test_record_has_every_hybrid_step_msg_field(tiny_random_vla):  # noqa: F811
+def test_record_has_every_hybrid_step_msg_field(tiny_random_vla):
     msg = (Path(__file__).resolve().parent.parent / "msg" / "HybridStep.msg").read_text()
     fields = set()
     for line in msg.splitlines():
@@ -299,7 +305,7 @@ def test_config_errors_name_the_field(kwargs, field):
         HybridConfig(**kwargs)
 
 
-def test_builder_needs_router_stats_and_degrades_without_parts(tiny_random_vla):  # noqa: F811
+def test_builder_needs_router_stats_and_degrades_without_parts(tiny_random_vla):
     with pytest.raises(ValueError, match="router_stats"):
         build_hybrid_decoder("heisd", tiny_random_vla)
     hybrid = build_hybrid_decoder("retrieval", tiny_random_vla)   # no DB, no head -> AR

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from heisd_ros.decoding.decoder import ActionDecoder
@@ -11,6 +9,7 @@ from heisd_ros.kinematics.router import KinematicRouter, RouterConfig, RouterSta
 from heisd_ros.retrieval.errors import RetrievalStatus
 from heisd_ros.retrieval.records import Candidate, StepRecord
 from heisd_ros.retrieval.retriever import RetrievalResult
+from test.polling import ManualClock
 
 STRAIGHT_FAST = np.stack([np.array([0.3, 0.0, 0.2]) + t * np.array([0.02, 0.0, 0.0])
                           for t in range(5)])      # F = 1 with the stats below
@@ -32,16 +31,21 @@ def candidate(bins, score: float = 0.99, cid: int = 0, task: str = "t") -> Candi
 
 
 class ScriptedClient:
-    """Answers every request with ``make(embedding)``; records the requests."""
+    """Answers every request with ``make(embedding)``; records the requests.
 
-    def __init__(self, make, delay_s: float = 0.0):
-        self.make, self.delay_s, self.requests = make, delay_s, []
+    ``delay``: (clock, seconds): each answer moves ``clock`` (a ``ManualClock`` the retrieval
+    source reads) on by ``seconds``, an answer that slow without waiting for it.
+    """
+
+    def __init__(self, make, delay: tuple[ManualClock, float] | None = None):
+        self.make, self.delay, self.requests = make, delay, []
 
     def retrieve(self, task, embedding, *, k=None, deadline_s=None, demoted_ids=()):
         self.requests.append({"task": task, "k": k, "deadline_s": deadline_s,
                               "demoted_ids": list(demoted_ids), "dim": len(embedding)})
-        if self.delay_s:
-            time.sleep(self.delay_s)
+        if self.delay is not None:
+            clock, seconds = self.delay
+            clock.advance(seconds)
         return self.make(embedding)
 
 

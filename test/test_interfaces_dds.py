@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from test.polling import spin_until
 from test.ros_env import require_ros
 
 rclpy, hmsg, hsrv = require_ros()
@@ -50,14 +50,6 @@ def ros(tmp_path_factory):
     peer.wait(timeout=10)
 
 
-def _spin_until(executor, predicate, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {TIMEOUT_S} s waiting for {what}")
-        executor.spin_once(timeout_sec=0.05)
-
-
 @pytest.mark.parametrize("msg_type", MSG_TYPES, ids=lambda t: t.__name__)
 def test_message_round_trip_is_exact(ros, msg_type):
     node, executor = ros
@@ -65,13 +57,14 @@ def test_message_round_trip_is_exact(ros, msg_type):
     received = []
     pub = node.create_publisher(msg_type, topic, QOS)
     sub = node.create_subscription(msg_type, topic + "_echo", received.append, QOS)
-    _spin_until(executor, lambda: pub.get_subscription_count() > 0
-                and sub.get_publisher_count() > 0, f"discovery on {topic}")
+    assert spin_until(executor, lambda: pub.get_subscription_count() > 0
+                      and sub.get_publisher_count() > 0, TIMEOUT_S), f"no discovery on {topic}"
     rng = np.random.default_rng(len(msg_type.__name__))
     sent = [fill_random(msg_type(), rng) for _ in range(5)]
     for msg in sent:
         pub.publish(msg)
-    _spin_until(executor, lambda: len(received) >= len(sent), f"echoes on {topic}_echo")
+    assert spin_until(executor, lambda: len(received) >= len(sent), TIMEOUT_S), \
+        f"no echoes on {topic}_echo"
     for original, echoed in zip(sent, received, strict=True):
         assert echoed == original
     # The comparison is not vacuous: a changed field is seen.
@@ -85,9 +78,9 @@ def test_message_round_trip_is_exact(ros, msg_type):
 
 def _call(node, executor, srv_type, name, request):
     client = node.create_client(srv_type, name)
-    _spin_until(executor, client.service_is_ready, f"service {name}")
+    assert spin_until(executor, client.service_is_ready, TIMEOUT_S), f"no service {name}"
     future = client.call_async(request)
-    _spin_until(executor, future.done, f"response from {name}")
+    assert spin_until(executor, future.done, TIMEOUT_S), f"no response from {name}"
     node.destroy_client(client)
     return future.result()
 

@@ -19,10 +19,10 @@ from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
 from heisd_ros.models.small_vla import SmallVLA, SmallVLANet
 from heisd_ros.models.small_vla_config import SmallVLAConfig
 from heisd_ros.models.vocab import ByteVocab
-from test.fixtures_decoding import TINY, scenes, tiny_random_vla  # noqa: F401
+from test.fixtures_decoding import TINY, scenes
 
 
-def test_prompt_layout_and_vision_features(tiny_random_vla):  # noqa: F811
+def test_prompt_layout_and_vision_features(tiny_random_vla):
     vla = tiny_random_vla
     obs = scenes(1, seed=0)[0]
     prefix = vla.encode(obs)
@@ -93,7 +93,7 @@ def test_default_config_size_and_draft_cost_ratio():
     assert head_params / decoder < 1 / 8
 
 
-def test_checkpoint_roundtrip(tmp_path, tiny_random_vla):  # noqa: F811
+def test_checkpoint_roundtrip(tmp_path, tiny_random_vla):
     path = save_small_vla(tiny_random_vla, tmp_path / "vla.safetensors", dtype="float32")
     loaded = load_small_vla(path)
     for obs in scenes(3, seed=1):
@@ -118,7 +118,7 @@ def rewrite(src, dst, tensors=None, metadata=None):
     return dst
 
 
-def test_bad_target_checkpoints_fail_clearly(tmp_path, tiny_random_vla):  # noqa: F811
+def test_bad_target_checkpoints_fail_clearly(tmp_path, tiny_random_vla):
     good = save_small_vla(tiny_random_vla, tmp_path / "good.safetensors")
     with pytest.raises(FileNotFoundError, match="missing.safetensors"):
         load_small_vla(tmp_path / "missing.safetensors")
@@ -147,7 +147,7 @@ def test_bad_target_checkpoints_fail_clearly(tmp_path, tiny_random_vla):  # noqa
         load_small_vla(short_vocab)
 
 
-def test_bad_draft_head_checkpoints_fail_clearly(tmp_path, tiny_random_vla):  # noqa: F811
+def test_bad_draft_head_checkpoints_fail_clearly(tmp_path, tiny_random_vla):
     head = DraftHead(DraftHeadConfig.for_target(tiny_random_vla))
     path = save_draft_head(head, tmp_path / "head.safetensors", tiny_random_vla)
     loaded = load_draft_head(path, tiny_random_vla)

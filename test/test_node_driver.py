@@ -38,6 +38,7 @@ from heisd_ros.robot.base import CommandSource, EECommand, GripperState  # noqa:
 from heisd_ros.robot.piper_kinematics import PiperKinematics  # noqa: E402
 from heisd_ros.robot.poses import rotation_angle, rpy_to_matrix  # noqa: E402
 from test.node_process import NodeProcess, write_params  # noqa: E402
+from test.polling import spin_for, spin_until  # noqa: E402
 
 EECommandMsg = hmsg.EECommand
 REPO = Path(__file__).resolve().parents[1]
@@ -104,17 +105,10 @@ class Driver:
 
     # --- waiting ---------------------------------------------------------------------------
     def spin(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.01)
+        spin_for(self.executor, seconds)
 
     def wait_for(self, predicate: Callable[[], bool], timeout_s: float = TIMEOUT_S) -> bool:
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            if predicate():
-                return True
-            self.executor.spin_once(timeout_sec=0.02)
-        return predicate()
+        return spin_until(self.executor, predicate, timeout_s)
 
     # --- services --------------------------------------------------------------------------
     def call(self, name: str, request=None):

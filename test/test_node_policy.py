@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from test.polling import spin_for, spin_until
 from test.ros_env import require_ros
 
 rclpy, hmsg, hsrv = require_ros()
@@ -28,7 +28,7 @@ from visualization_msgs.msg import MarkerArray  # noqa: E402
 
 from heisd_ros.nodes.image_conversion import rgb_to_image  # noqa: E402
 from heisd_ros.nodes.policy_node import PolicyNode  # noqa: E402
-from heisd_ros.nodes.robot_msgs import seconds_to_stamp  # noqa: E402
+from heisd_ros.nodes.robot_msgs import seconds_to_stamp, stamp_to_seconds  # noqa: E402
 
 EECommand, HybridStep = hmsg.EECommand, hmsg.HybridStep
 SIZE = 32
@@ -82,19 +82,13 @@ def graph(tmp_path_factory):
     executor = MultiThreadedExecutor(num_threads=4, context=context)
     for node in (policy, broken, peer):
         executor.add_node(node)
-    spin_until(executor, lambda: all(p.get_subscription_count() >= 2 for p in pubs.values()))
+    assert spin_until(executor,
+                      lambda: all(p.get_subscription_count() >= 2 for p in pubs.values()))
     yield policy, broken, peer, pubs, executor, out
     executor.shutdown()
     for node in (policy, broken, peer):
         node.destroy_node()
     rclpy.shutdown(context=context)
-
-
-def spin_until(executor, condition, timeout_s=20.0):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end and not condition():
-        executor.spin_once(timeout_sec=0.05)
-    return condition()
 
 
 def send(graph, *, third=None, wrist=None, joints=0.1, offset_s=0.0, encoding="rgb8",
@@ -115,9 +109,14 @@ def send(graph, *, third=None, wrist=None, joints=0.1, offset_s=0.0, encoding="r
     pose.header.frame_id = "base_link"
     pubs["joints"].publish(joint)
     pubs["pose"].publish(pose)
-    spin_until(executor, lambda: False, timeout_s=0.15)
+    # The frames go out once the policy holds this state and has started any episode it was
+    # asked to (a start drops the frames it holds).
+    state_s = stamp_to_seconds(joint.header.stamp)
+    assert spin_until(executor, lambda: policy._episode_request is None and (
+        (robot := policy.gate._robot) is not None and robot.stamp_s == state_s)), \
+        "the policy never took the robot state"
     cmds, refused = len(out["cmd"]), dict(policy.refusals)
-    # the frames are stamped as they are sent (0.15 s after the state: within the skew limit)
+    # the frames are stamped as they are sent (after the state: within the skew limit)
     stamp = seconds_to_stamp(peer.get_clock().now().nanoseconds * 1e-9 + offset_s)
     for key, image in (("third", third), ("wrist", wrist)):
         image = image if image is not None else rng.integers(0, 255, (SIZE, SIZE, 3), np.uint8)
@@ -125,8 +124,9 @@ def send(graph, *, third=None, wrist=None, joints=0.1, offset_s=0.0, encoding="r
         msg = _raw(image, encoding) if bad else rgb_to_image(image)
         msg.header.stamp, msg.header.frame_id = stamp, "base_link"
         pubs[key].publish(msg)
-    spin_until(executor, lambda: len(out["cmd"]) > cmds or policy.refusals != refused)
-    spin_until(executor, lambda: False, timeout_s=0.15)  # a late command would show here
+    assert spin_until(executor, lambda: len(out["cmd"]) > cmds or policy.refusals != refused), \
+        "the policy neither sent a command nor refused"
+    spin_for(executor, 0.15)  # a late second command would show here
     new_kinds = {k for k, n in policy.refusals.items() if n > refused.get(k, 0)}
     return out["cmd"][cmds:], new_kinds
 
@@ -296,6 +296,7 @@ def test_an_episode_that_starts_again_resets_the_episode_state(graph):
         started = policy.episodes_started
         pub.publish(hmsg.EpisodeStatus(suite="piper_goal", task="t", episode=0, seed=0,
                                        step=step, done=done))
+        assert spin_until(executor, lambda: policy._episode_status_progress == (step, done))
         cmds, refused = send(graph)
         assert len(cmds) == 1 and not refused, refused
         return policy.episodes_started - started

@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import yaml
 
+from test.polling import spin_until
 from test.ros_env import require_ros
 
 rclpy, hmsg, _ = require_ros()
@@ -164,13 +165,6 @@ def deployment(request, tmp_path_factory):
     executor.shutdown()
     node.destroy_node()
     rclpy.shutdown(context=context)
-
-
-def spin_until(executor, condition, timeout_s):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end and not condition():
-        executor.spin_once(timeout_sec=0.05)
-    return condition()
 
 
 def logs(procs) -> str:

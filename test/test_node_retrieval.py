@@ -27,6 +27,7 @@ from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig  # noqa: E4
 from heisd_ros.retrieval.store import open_store  # noqa: E402
 from heisd_ros.retrieval.store_config import StoreConfig  # noqa: E402
 from test.node_process import NodeProcess, write_params  # noqa: E402
+from test.polling import spin_until, wait_until  # noqa: E402
 
 Retrieve = hsrv.Retrieve
 REPO = Path(__file__).resolve().parents[1]
@@ -241,9 +242,7 @@ def test_diagnostics_report_db_counts_and_latency(ros, served):
                     return status, {kv.key: kv.value for kv in status.values}
         return None, {}
 
-    deadline = time.monotonic() + TIMEOUT_S
-    while "latency_p99_ms" not in latest()[1] and time.monotonic() < deadline:
-        executor.spin_once(timeout_sec=0.1)
+    spin_until(executor, lambda: "latency_p99_ms" in latest()[1], TIMEOUT_S)
     node.destroy_subscription(sub)
     status, values = latest()
     assert status is not None, "no diagnostics from the node"
@@ -273,12 +272,17 @@ def test_missing_db_errors_then_picks_up_a_db_built_later_and_a_killed_node_time
         # Build elsewhere, then move into place: the node never sees a half-built DB.
         vecs, _ = build_db(tmp_path / "building")
         (tmp_path / "building").rename(tmp_path / "later_db")
-        deadline = time.monotonic() + TIMEOUT_S
-        while (res := call(executor, client, make_request(vecs[2]))).status != \
-                Retrieve.Response.STATUS_OK:
-            assert res.status == Retrieve.Response.STATUS_ERROR, res.reason
-            assert time.monotonic() < deadline, f"DB never picked up: {proc.text()}"
-            time.sleep(0.2)
+        answers = []
+
+        def picked_up() -> bool:
+            answers.append(call(executor, client, make_request(vecs[2])))
+            return answers[-1] is not None and answers[-1].status == Retrieve.Response.STATUS_OK
+
+        assert wait_until(picked_up, TIMEOUT_S, poll_s=0.2), f"DB never picked up: {proc.text()}"
+        # every request before was answered, with an error
+        assert all(r is not None and r.status == Retrieve.Response.STATUS_ERROR
+                   for r in answers[:-1]), [r and r.reason for r in answers]
+        res = answers[-1]
         assert res.candidates[0].id == ID0 + 2
         assert proc.text().count("retrying every") == 1  # logged once, not per retry
         assert TORCH_MARK not in proc.text()

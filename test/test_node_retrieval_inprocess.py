@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
+from test.polling import spin_until
 from test.ros_env import require_ros
 
 rclpy, hmsg, hsrv = require_ros()
@@ -228,21 +228,16 @@ def test_a_slow_search_does_not_hold_up_diagnostics(ros, db_path):
     seen = []
     sub = client_node.create_subscription(DiagnosticArray, "/diagnostics", seen.append, 10)
 
-    def spin_until(predicate, what):
-        deadline = time.monotonic() + 30
-        while not predicate():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}"
-            executor.spin_once(timeout_sec=0.05)
-
     try:
         assert client.wait_for_service(timeout_sec=30)
         future = client.call_async(make_request(np.ones(DIM)))
-        spin_until(entered.is_set, "the search to start")
+        assert spin_until(executor, entered.is_set, 30), "the search never started"
         count = len(seen)
-        spin_until(lambda: len(seen) >= count + 3, "diagnostics during the search")
+        assert spin_until(executor, lambda: len(seen) >= count + 3, 30), \
+            "no diagnostics during the search"
         assert not future.done()  # the search was still blocked all along
         release.set()
-        spin_until(future.done, "the response")
+        assert spin_until(executor, future.done, 30), "no response"
         assert future.result().status == Retrieve.Response.STATUS_OK
     finally:
         release.set()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
 
+from test.polling import spin_until
 from test.ros_env import require_ros
 
 rclpy, hmsg, _ = require_ros()
@@ -48,13 +48,6 @@ def graph():
     sim.destroy_node()
     peer.destroy_node()
     rclpy.shutdown(context=context)
-
-
-def spin_until(executor, condition, timeout_s=20.0):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end and not condition():
-        executor.spin_once(timeout_sec=0.05)
-    return condition()
 
 
 def command(index, dx=0.0, gripper=0, from_target=True, frame="base_link"):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from test.polling import wait_until
+from test.polling import spin_until
 from test.ros_env import require_ros
 
 rclpy, hmsg, _ = require_ros()
@@ -59,10 +59,6 @@ class Graph:
         self.executor.add_node(self.peer)
         self.step_index = 0
 
-    def spin_until(self, condition, timeout_s: float = 20.0) -> bool:
-        return wait_until(lambda: self.executor.spin_once(timeout_sec=0.02) or condition(),
-                          timeout_s)
-
     def keys(self) -> list[tuple]:
         """Distinct (suite, task, episode, seed) keys received, in order (the policy's key)."""
         keys: list[tuple] = []
@@ -74,12 +70,13 @@ class Graph:
 
     def command(self) -> EpisodeStatus:
         """One command; the status the sim published after running it (one step further)."""
-        assert self.spin_until(lambda: self.pub.get_subscription_count() > 0)
+        assert spin_until(self.executor, lambda: self.pub.get_subscription_count() > 0)
         last = self.status[-1][1]
         self.pub.publish(EECommand(step_index=self.step_index, gripper_from_target=True))
         self.step_index += 1
-        assert self.spin_until(lambda: (self.status[-1][1].episode, self.status[-1][1].step)
-                               == (last.episode, last.step + 1))
+        assert spin_until(self.executor, lambda: (self.status[-1][1].episode,
+                                                  self.status[-1][1].step)
+                          == (last.episode, last.step + 1))
         return self.status[-1][1]
 
     def finish_episode(self) -> EpisodeStatus:
@@ -103,37 +100,38 @@ def graph(request):
 
 
 def test_an_ended_episode_is_followed_by_the_next_with_the_next_seed(graph):
-    assert graph.spin_until(lambda: graph.status)
+    assert spin_until(graph.executor, lambda: graph.status)
     first = graph.status[-1][1]
     assert (first.task, first.seed, first.step, first.done) == (TASK, 5, 0, False)
     done = graph.finish_episode()
     assert (done.episode, done.reason, done.step) == (first.episode, "max_steps", MAX_STEPS)
     done_at = graph.status[-1][0]
 
-    assert graph.spin_until(lambda: len(graph.keys()) == 2), graph.keys()
+    assert spin_until(graph.executor, lambda: len(graph.keys()) == 2), graph.keys()
     new_at, new = next((t, m) for t, m in graph.status if m.episode == first.episode + 1)
     # the next seed, the same task, step 0; the policy sees a new key
     assert (new.suite, new.task, new.seed, new.step, new.done) == (SUITE, TASK, 6, 0, False)
     assert graph.keys() == [(SUITE, TASK, first.episode, 5), (SUITE, TASK, first.episode + 1, 6)]
     # the pause: the end was published first and stood for auto_reset_delay_s
     assert new_at - done_at >= DELAY_S - 0.1
-    assert graph.spin_until(lambda: any(t >= new_at for t, _ in graph.images))  # fresh frames
+    # fresh frames
+    assert spin_until(graph.executor, lambda: any(t >= new_at for t, _ in graph.images))
     # the new episode runs: a command is step 1 of it
-    assert graph.spin_until(lambda: graph.status[-1][1].episode == first.episode + 1)
+    assert spin_until(graph.executor, lambda: graph.status[-1][1].episode == first.episode + 1)
     status = graph.command()
     assert (status.episode, status.step, status.done) == (first.episode + 1, 1, False)
 
     # and again: it keeps going without anyone calling ~/reset
     graph.finish_episode()
-    assert graph.spin_until(lambda: len(graph.keys()) == 3), graph.keys()
+    assert spin_until(graph.executor, lambda: len(graph.keys()) == 3), graph.keys()
     assert graph.keys()[-1] == (SUITE, TASK, first.episode + 2, 7)
 
 
 @pytest.mark.parametrize("graph", [{"auto_reset_next_task": True}], indirect=True)
 def test_auto_reset_next_task_goes_through_the_suite(graph):
-    assert graph.spin_until(lambda: graph.status)
+    assert spin_until(graph.executor, lambda: graph.status)
     graph.finish_episode()
-    assert graph.spin_until(lambda: len(graph.keys()) == 2), graph.keys()
+    assert spin_until(graph.executor, lambda: len(graph.keys()) == 2), graph.keys()
     _suite, task, _episode, seed = graph.keys()[-1]
     assert (task, seed) == (next_task(SUITE, TASK), 6)
     assert graph.sim.get_parameter("task").value == task  # ros2 param get agrees
@@ -142,18 +140,18 @@ def test_auto_reset_next_task_goes_through_the_suite(graph):
 
 @pytest.mark.parametrize("graph", [{"auto_reset_delay_s": 30.0}], indirect=True)
 def test_a_reset_during_the_pause_replaces_the_automatic_one(graph):
-    assert graph.spin_until(lambda: graph.status)
+    assert spin_until(graph.executor, lambda: graph.status)
     graph.finish_episode()
     assert graph.reset.wait_for_service(timeout_sec=10)
     future = graph.reset.call_async(Trigger.Request())
-    assert graph.spin_until(future.done)
+    assert spin_until(graph.executor, future.done)
     assert future.result().success and "seed 6" in future.result().message
     assert graph.sim._auto_reset_at is None  # nothing pending: no second, surprise reset
 
 
 @pytest.mark.parametrize("graph", [{"auto_reset": False}], indirect=True)
 def test_without_auto_reset_the_episode_waits_for_reset(graph):
-    assert graph.spin_until(lambda: graph.status)
+    assert spin_until(graph.executor, lambda: graph.status)
     graph.finish_episode()
     assert graph.sim._auto_reset_at is None
     assert len(graph.keys()) == 1

@@ -118,7 +118,12 @@ def test_drafter_exact_is_lossless(target, ar):
     for seed, result in ar.items():
         drafted = decoder.decode(_observation(seed))
         np.testing.assert_array_equal(drafted.tokens, result.tokens)
-        assert drafted.stats.drafter_forwards > 0
+        s = drafted.stats
+        assert s.drafter_forwards > 0
+        # the prefill, then one verification round per draft; each round ran the head
+        assert s.target_forwards == 1 + len(s.accepted_lengths)
+        assert 1 + sum(s.accepted_lengths) == 7
+        assert s.drafter_forwards >= len(s.accepted_lengths)
 
 
 class KnownDrafts(DraftSource):

@@ -24,16 +24,9 @@ from heisd_ros.data.rosbag_io import (
     make_typestore,
     read_bag_messages,
 )
-from heisd_ros.models.checkpoint import save_small_vla
 from heisd_ros.tools import record, replay
-from test.fixtures_decoding import tiny_random_vla  # noqa: F401
 
 SUITE, TASK, STEPS = "piper_goal", "red_block_on_plate", 3
-
-
-@pytest.fixture(scope="module")
-def tiny_target_path(tiny_random_vla, tmp_path_factory):  # noqa: F811
-    return str(save_small_vla(tiny_random_vla, tmp_path_factory.mktemp("vla") / "tiny.safetensors"))
 
 
 @pytest.fixture(scope="module")

@@ -83,7 +83,7 @@ def test_late_answer_is_dropped():
     assert out.status == RetrievalStatus.DEADLINE_EXCEEDED and not out.ok
 
 
-def test_with_a_real_store_a_perfect_draft_costs_one_forward(tmp_path, tiny_random_vla):  # noqa: F811
+def test_with_a_real_store_a_perfect_draft_costs_one_forward(tmp_path, tiny_random_vla):
     from heisd_ros.retrieval.embedding import embed_observation
     from test.fixtures_decoding import scenes
 
@@ -107,6 +107,3 @@ def test_with_a_real_store_a_perfect_draft_costs_one_forward(tmp_path, tiny_rand
             assert got.stats.target_forwards == 1 and got.stats.retrieval_calls == 1
     finally:
         store.close()
-
-
-from test.fixtures_decoding import tiny_random_vla  # noqa: E402, F401

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from test.node_process import NodeProcess, write_params
-from test.polling import wait_until
+from test.polling import spin_until
 from test.ros_env import require_ros
 
 rclpy, hmsg, _ = require_ros()
@@ -67,10 +67,6 @@ def ros():
     executor.shutdown()
     node.destroy_node()
     rclpy.shutdown(context=context)
-
-
-def spin_until(executor, condition, timeout_s: float) -> bool:
-    return wait_until(lambda: executor.spin_once(timeout_sec=0.02) or condition(), timeout_s)
 
 
 def wait_until_up(ros, proc: Node, timeout_s: float = 120.0) -> None:

@@ -297,14 +297,14 @@ def test_an_embedded_db_open_in_another_process_is_named_as_such(tmp_path):
         store.finalize()
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time\n"
+         "import sys\n"
          "from heisd_ros.retrieval.store import open_store\n"
          "from heisd_ros.retrieval.store_config import StoreConfig\n"
          f"store = open_store(StoreConfig(backend='edge', path={cfg.path!r}))\n"
          "store.warm_up()\n"
          "print('ready', flush=True)\n"
-         "time.sleep(60)\n"],
-        cwd=REPO, stdout=subprocess.PIPE, text=True)
+         "sys.stdin.read()\n"],  # holds the shard until it is killed, however long that takes
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "ready"
         with open_store(cfg, dimension=DIM, model_fingerprint=FP) as store:
@@ -313,6 +313,7 @@ def test_an_embedded_db_open_in_another_process_is_named_as_such(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+        holder.stdin.close()
     # Once the other process is gone, the DB opens again.
     with open_store(cfg, dimension=DIM, model_fingerprint=FP) as store:
         store.warm_up()

@@ -16,8 +16,8 @@ from heisd_ros.models.draft_head import DraftHead, DraftHeadConfig
 from heisd_ros.models.loading import load_target
 from heisd_ros.retrieval.embedding import model_fingerprint
 from heisd_ros.tools import bench, build_db, train_drafter
+from test.fixtures_demos import synth_episode
 from test.openvla_fixtures import TINY_VISION, write_tiny_openvla
-from test.test_build_db import synth_episode
 
 KEY = "libero_spatial_no_noops"
 OPTIONS = {"vision": TINY_VISION}
@@ -56,7 +56,12 @@ def test_bench_decode_and_profile_on_openvla(checkpoint, tmp_path):
     args = bench.parse_args(["profile", "--model", "openvla", "--checkpoint", str(checkpoint),
                              "--unnorm-key", KEY, "--repeats", "1"])
     args.openvla_options = OPTIONS
-    assert bench.run_profile(args)["decode_forward_ms"] > 0
+    profile = bench.run_profile(args)
+    assert profile["decode_forward_ms"] > 0
+    assert "OpenVLA" in profile["target"]
+    # the AR estimate is vision + prefill (first token) + six decode forwards
+    assert profile["ar_action_ms_estimate"] == pytest.approx(
+        profile["vision_ms"] + profile["prefill_ms"] + 6 * profile["decode_forward_ms"])
 
 
 def test_build_db_embeds_with_openvla(checkpoint, tmp_path):
