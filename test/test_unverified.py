@@ -17,7 +17,7 @@ from heisd_ros.decoding.unverified import (
     unverified_problem,
 )
 from heisd_ros.retrieval.records import Candidate, StepRecord
-from test.fixtures_decoding import scenes, tiny_trained_vla  # noqa: F401
+from test.fixtures_decoding import scenes
 from test.test_hybrid_helpers import STRAIGHT_FAST, ScriptedClient, ar_bins, ok, router
 
 RS = RetrievalSourceConfig(k=4, deadline_s=0)
@@ -74,7 +74,7 @@ def first_verified(loop, vla):
     return bins
 
 
-def test_follow_runs_the_demonstrations_next_points_then_verifies(tiny_trained_vla):  # noqa: F811
+def test_follow_runs_the_demonstrations_next_points_then_verifies(tiny_trained_vla):
     vla = tiny_trained_vla
     loop = Loop(vla, "heisd")
     bins = first_verified(loop, vla)
@@ -89,7 +89,7 @@ def test_follow_runs_the_demonstrations_next_points_then_verifies(tiny_trained_v
     assert "2 unverified step(s) in a row" in got.record.why
 
 
-def test_follow_stops_when_the_arm_drifts_or_the_match_is_lost(tiny_trained_vla):  # noqa: F811
+def test_follow_stops_when_the_arm_drifts_or_the_match_is_lost(tiny_trained_vla):
     vla = tiny_trained_vla
     loop = Loop(vla, "heisd")
     bins = first_verified(loop, vla)
@@ -104,7 +104,7 @@ def test_follow_stops_when_the_arm_drifts_or_the_match_is_lost(tiny_trained_vla)
         assert not got.record.verify_skipped and why in got.record.why
 
 
-def test_follow_verifies_the_approach_to_a_gripper_change(tiny_trained_vla):  # noqa: F811
+def test_follow_verifies_the_approach_to_a_gripper_change(tiny_trained_vla):
     vla = tiny_trained_vla
     loop = Loop(vla, "heisd")
     bins = first_verified(loop, vla)
@@ -120,7 +120,7 @@ def test_follow_verifies_the_approach_to_a_gripper_change(tiny_trained_vla):  # 
     assert not got.record.verify_skipped and "would change the gripper" in got.record.why
 
 
-def test_a_held_decision_does_not_count_as_executed(tiny_trained_vla):  # noqa: F811
+def test_a_held_decision_does_not_count_as_executed(tiny_trained_vla):
     vla = tiny_trained_vla
     loop = Loop(vla, "heisd")
     bins = first_verified(loop, vla)
@@ -130,7 +130,7 @@ def test_a_held_decision_does_not_count_as_executed(tiny_trained_vla):  # noqa: 
     assert [r.record.unverified_run for r in (held, again, after)] == [1, 1, 2]
 
 
-def test_the_authors_rule_executes_router_steps_two_in_a_row(tiny_trained_vla):  # noqa: F811
+def test_the_authors_rule_executes_router_steps_two_in_a_row(tiny_trained_vla):
     vla = tiny_trained_vla
     loop = Loop(vla, "heisd_paper")
     bins = first_verified(loop, vla)
@@ -143,7 +143,7 @@ def test_the_authors_rule_executes_router_steps_two_in_a_row(tiny_trained_vla): 
     assert not any(loop.step([point(bins, 1)]).record.verify_skipped for _ in range(3))
 
 
-def test_an_unverified_step_is_marked_in_the_node_messages(tiny_trained_vla):  # noqa: F811
+def test_an_unverified_step_is_marked_in_the_node_messages(tiny_trained_vla):
     from builtin_interfaces.msg import Time
     from heisd_ros.msg import EECommand
 
@@ -167,7 +167,7 @@ def test_an_unverified_step_is_marked_in_the_node_messages(tiny_trained_vla):  #
 
 
 @pytest.mark.parametrize("method", ["router_only", "router_skip"])
-def test_the_ablation_methods_do_not_follow(tiny_trained_vla, method):  # noqa: F811
+def test_the_ablation_methods_do_not_follow(tiny_trained_vla, method):
     vla = tiny_trained_vla
     loop = Loop(vla, method)
     bins = first_verified(loop, vla)
