@@ -146,7 +146,7 @@ def test_a_fast_stream_is_released_at_the_speed_limit():
         mark = rig.tap.count()
         for step in range(1, 101):  # 15 mm steps, 5 out and 5 back, as fast as they are taken
             cmd.send(step, (0.015 if (step - 1) % 10 < 5 else -0.015, 0.0, 0.0))
-        assert int(cmd.value("commands_executed")) == 100
+        assert int(cmd.value("commands_executed")) == 100, controller_values(rig.node)
         # The released target catches up at the limit (control ticks, ~0.1 s); the watchdog
         # hold 1 s after the last command comes after that.
         assert wait_until(lambda: cmd.value("status") == "watchdog_hold", TIMEOUT_S)

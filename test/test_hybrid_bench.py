@@ -26,7 +26,7 @@ def test_bench_decode_with_hybrid_modes(demos, tiny_target_path, tmp_path, capsy
     result = json.loads(out.read_text())
     modes = result["modes"]
     assert list(modes) == ["ar", "drafter", "drafter_relaxed", "retrieval", "router_only",
-                           "router_skip", "heisd"]
+                           "router_skip", "heisd", "heisd_paper"]
     for lossless in ("retrieval", "router_only"):
         assert modes[lossless]["agreement_with_ar"]["exact_token_rate"] == 1.0
     assert modes["router_only"]["hybrid"]["skip_rate"] == 0.0

@@ -34,14 +34,15 @@ def context(action_id: int, committed=(), depth=7):
 
 
 def test_tree_from_top_k_and_later_rounds():
-    bins = [[10, 20, 30, 40, 50, 60, 0], [11, 20, 30, 40, 50, 60, 0]]
+    # the third candidate is fetched (fetch_k) but only the first k = 2 draft
+    bins = [[10, 20, 30, 40, 50, 60, 0], [11, 20, 30, 40, 50, 60, 0], [12, 20, 30, 40, 50, 60, 0]]
     client = ScriptedClient(lambda e: ok([candidate(b, 0.9, i) for i, b in enumerate(bins)]))
-    source = RetrievalSource(client, VOCAB, RetrievalSourceConfig(k=2))
+    source = RetrievalSource(client, VOCAB, RetrievalSourceConfig(k=2, fetch_k=3))
     source.prepare(source.query("t", np.ones(DIM, np.float32)))
     tree = source.propose(context(1))
     assert tree.log_probs is None and tree.source == "retrieval"
     assert sorted(VOCAB - 1 - tree.tokens[tree.parents == -1]) == [10, 11]
-    assert client.requests[0]["k"] == 2 and source.retrieval_calls == 0
+    assert client.requests[0]["k"] == 3 and source.retrieval_calls == 0
     later = source.propose(context(1, committed=[1, 2, 3], depth=4))   # no new query
     assert len(client.requests) == 1 and later.depths().max() == 3
     assert sorted(VOCAB - 1 - later.tokens[later.parents == -1]) == [40]

@@ -95,7 +95,7 @@ def test_follow_stops_when_the_arm_drifts_or_the_match_is_lost(tiny_trained_vla)
     bins = first_verified(loop, vla)
     got = loop.step([point(bins, 1)], extra_m=0.03)  # the arm is 3 cm off the demo's step
     assert not got.record.verify_skipped and "drifted 30.0 mm" in got.record.why
-    for answer, why in (([point(bins, 2, episode=3)], "is not among the retrieved"),
+    for answer, why in (([point(bins, 2, episode=3)], "are not among the retrieved"),
                         ([point(bins, 2, score=0.9)], "similar, below 0.9500")):
         loop = Loop(vla, "heisd")
         first_verified(loop, vla)
@@ -209,8 +209,11 @@ def test_follow_problem_names_each_cause():
     assert "drifted 15.0 mm" in follow_problem(anchor, nxt, 0.0, STEP_M + [0, 0.015, 0],
                                                state, cfg)
     assert "gripper next" in follow_problem(anchor, nxt, 1.0, STEP_M, state, cfg)
-    assert anchor.is_next(nxt) and not anchor.is_next(point(bins, 6))
-    assert not anchor.is_next(point(bins, 5, episode=8))
+    far, other = point(bins, 6, score=0.995), point(bins, 5, episode=8, score=0.999)
+    assert anchor.next_point([other, nxt], 1) is nxt
+    assert anchor.next_point([other, nxt, far], 2) is far  # the more similar of the two
+    assert anchor.next_point([other, far], 1) is None
+    assert anchor.next_point([point(bins, 4), point(bins, 3)], 2) is None  # not ahead
     with pytest.raises(ValueError, match="max_run"):
         UnverifiedConfig(max_run=-1)
     with pytest.raises(ValueError, match="follow_drift_m"):

@@ -57,7 +57,7 @@ from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
 from heisd_ros.decoding.methods import METHODS, Switches
-from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig, GroupRule
+from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig, GroupRule, accepted_group_path
 from heisd_ros.decoding.retrieval_source import (
     RetrievalOutcome,
     RetrievalSource,
@@ -354,7 +354,8 @@ class HybridDecoder:
             anchor = Anchor.of(candidate)
         else:
             result = self._verified(observation, prefix, outcome if use_retrieval else None)
-            anchor = _executed_point(outcome if use_retrieval else None, result.bins)
+            anchor = _executed_point(outcome if use_retrieval else None, result.bins,
+                                     self.retrieval.config.judge if self.retrieval else None)
         if episode is not None:
             ee_m = self._history[-1] if self._history else None
             self._trail = trail  # what this step started from, should it be decided again
@@ -394,8 +395,8 @@ class HybridDecoder:
         sw, cfg = self.config.switches, self.config.unverified
         choices: list[tuple[Candidate, str, int]] = []
         if sw.follow:
-            successor = next((c for c in outcome.candidates
-                              if trail.anchor is not None and trail.anchor.is_next(c)), None)
+            successor = (trail.anchor.next_point(outcome.candidates, cfg.follow_window)
+                         if trail.anchor is not None else None)
             ahead = successor.record.lookahead_bins if successor is not None else ()
             next_gripper = (float(self.codec.decode(np.asarray(ahead[0], np.int64))[GRIPPER_DIM])
                             if len(ahead) else None)
@@ -453,13 +454,25 @@ class HybridDecoder:
                             HybridStepRecord())
 
 
-def _executed_point(outcome: RetrievalOutcome | None, bins: np.ndarray) -> Anchor | None:
-    """The retrieved point whose action the verified step executed exactly, if any."""
+def _executed_point(outcome: RetrievalOutcome | None, bins: np.ndarray,
+                    judge: GroupAcceptConfig | None) -> Anchor | None:
+    """The retrieved point whose action the verified step executed, if any.
+
+    Exactly that action first; else the first candidate the sequence-wise rule ``judge``
+    would have accepted whole against the executed action.
+    """
     if outcome is None or not outcome.ok:
         return None
     executed = np.asarray(bins, dtype=np.int64)
-    for candidate in outcome.candidates:
-        if np.array_equal(np.asarray(candidate.bins, dtype=np.int64), executed):
+    drafts = [np.asarray(c.bins, dtype=np.int64) for c in outcome.candidates]
+    for candidate, draft in zip(outcome.candidates, drafts, strict=True):
+        if np.array_equal(draft, executed):
+            return Anchor.of(candidate)
+    if judge is None:
+        return None
+    chain, dims = np.arange(ACTION_DIM) - 1, np.arange(ACTION_DIM)
+    for candidate, draft in zip(outcome.candidates, drafts, strict=True):
+        if len(accepted_group_path(chain, draft, executed, dims, judge)) == ACTION_DIM:
             return Anchor.of(candidate)
     return None
 

@@ -50,7 +50,11 @@ class RetrievalSourceConfig:
     """Retrieval draft settings.
 
     Attributes:
-        k: candidates requested per action (top-K; K > 1 feeds the group tree's combinations).
+        k: candidates that draft each action (top-K; K > 1 feeds the group tree's
+            combinations).
+        fetch_k: candidates requested per query (at least ``k``); those after the first ``k``
+            draft nothing: they let ``heisd`` find the next point of the demonstration it
+            follows (``heisd_ros.decoding.unverified``).
         deadline_s: time budget of one query in seconds (0 = none); a later answer is dropped.
         demote_steps: actions for which a rejected candidate stays demoted (0 = never).
         tree: shape of the group tree.
@@ -59,14 +63,17 @@ class RetrievalSourceConfig:
     """
 
     k: int = 4
+    fetch_k: int = 16
     deadline_s: float = 0.005
     demote_steps: int = 5
     tree: GroupTreeConfig = field(default_factory=GroupTreeConfig)
     judge: GroupAcceptConfig = field(default_factory=GroupAcceptConfig)
 
     def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= 256:
-            raise ValueError(f"k: expected an int in 1..256, got {self.k!r}")
+        for name in ("k", "fetch_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 256:
+                raise ValueError(f"{name}: expected an int in 1..256, got {value!r}")
         if not (math.isfinite(self.deadline_s) and self.deadline_s >= 0):
             raise ValueError(f"deadline_s: expected a finite value >= 0 s, got {self.deadline_s}")
         if self.demote_steps < 0:
@@ -151,7 +158,7 @@ class RetrievalSource(DraftSource):
                                     reason)
 
         try:
-            result = self.client.retrieve(task, embedding, k=cfg.k,
+            result = self.client.retrieve(task, embedding, k=max(cfg.k, cfg.fetch_k),
                                           deadline_s=cfg.deadline_s or None,
                                           demoted_ids=self.demoted_ids())
         except Exception as exc:  # noqa: BLE001 - any client failure means "no draft"
@@ -201,7 +208,7 @@ class RetrievalSource(DraftSource):
                 outcome = self.query(task_of(context.observation), embedding)
                 self._calls = 1
             self.last = outcome
-            self._candidates = outcome.candidates if outcome.ok else ()
+            self._candidates = outcome.candidates[:self.config.k] if outcome.ok else ()
         if not self._candidates or context.max_depth <= 0:
             return None
         start_dim = len(context.action_tokens)

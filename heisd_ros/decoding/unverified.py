@@ -8,8 +8,9 @@ retrieval still run). Three rules may allow one (``HybridStepRecord.skip_rule``)
 * ``follow`` (``heisd``, ``heisd_ar``): the last executed action came from demonstration point
   (episode e, step s), either verified (the target accepted exactly that action) or
   unverified, and the current frame's retrieval returns that demonstration's next point
-  (e, s + 1) among its top-K with similarity >= ``follow_min_similarity``; the arm moved over
-  the last step as the demonstration did (within ``follow_drift_m``), and the demonstration
+  (e, s + 1), or one of the next ``follow_window`` points, among its candidates with
+  similarity >= ``follow_min_similarity``; the arm moved over the last step as the
+  demonstration did (within ``follow_drift_m``), and the demonstration
   does not change the gripper at its next step (the approach to a grasp is verified). So the
   robot follows a retrieved action chunk while the scene keeps matching it, and stops at once
   when it drifts, when the router leaves retrieval mode, or when the match is lost;
@@ -45,6 +46,8 @@ class UnverifiedConfig:
     Attributes:
         max_run: unverified steps in a row (any rule but ``router``) before a verified one.
         paper_max_run: the same for ``heisd_paper`` (the authors' N = 2).
+        follow_window: how many steps ahead in the followed demonstration a retrieved point
+            may be (1: only its next point; more lets an arm faster than it catch up).
         follow_min_similarity: the demonstration's next point must be retrieved at least
             this similar (cosine) to the current frame.
         follow_drift_m: largest difference between the arm's last displacement and the
@@ -56,6 +59,7 @@ class UnverifiedConfig:
 
     max_run: int = 3
     paper_max_run: int = 2
+    follow_window: int = 2
     follow_min_similarity: float = 0.97
     follow_drift_m: float = 0.01
     max_translation_m: float = 0.02
@@ -63,6 +67,9 @@ class UnverifiedConfig:
 
     def __post_init__(self) -> None:
         """Refuse negative counts and non-finite or negative bounds."""
+        if isinstance(self.follow_window, bool) or not isinstance(self.follow_window, int) \
+                or self.follow_window < 1:
+            raise ValueError(f"follow_window: expected an int >= 1, got {self.follow_window!r}")
         for name in ("max_run", "paper_max_run"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -93,11 +100,21 @@ class Anchor:
         return cls(str(r.task), int(r.episode), int(r.step),
                    np.asarray(r.ee_position_m, dtype=np.float64))
 
-    def is_next(self, candidate) -> bool:
-        """Whether ``candidate`` is this demonstration's next point."""
+    def ahead(self, candidate) -> int:
+        """Steps from this point to ``candidate`` in the same demonstration (0: another one)."""
         r = candidate.record
-        return (str(r.task), int(r.episode), int(r.step)) == (self.task, self.episode,
-                                                             self.step + 1)
+        if (str(r.task), int(r.episode)) != (self.task, self.episode):
+            return 0
+        return max(0, int(r.step) - self.step)
+
+    def next_point(self, candidates, window: int):
+        """The most similar of ``candidates`` 1..``window`` steps ahead in this demonstration.
+
+        An arm slightly faster than the demonstration matches a point further on; None when
+        none of them was retrieved.
+        """
+        ahead = [c for c in candidates if 1 <= self.ahead(c) <= window]
+        return max(ahead, key=lambda c: c.score) if ahead else None
 
 
 @dataclass(frozen=True)
@@ -153,8 +170,8 @@ def follow_problem(anchor: Anchor | None, candidate, next_gripper: float | None,
     if anchor is None:
         return "the last action came from no retrieved demonstration point"
     if candidate is None:
-        return (f"the demonstration's next point ({anchor.task} episode {anchor.episode} "
-                f"step {anchor.step + 1}) is not among the retrieved")
+        return (f"the demonstration's next points ({anchor.task} episode {anchor.episode} "
+                f"after step {anchor.step}) are not among the retrieved")
     if not candidate.score >= config.follow_min_similarity:  # NaN-safe
         return (f"the demonstration's next point is {candidate.score:.4f} similar, below "
                 f"{config.follow_min_similarity:.4f}")
