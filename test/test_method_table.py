@@ -134,3 +134,35 @@ def test_the_retrieval_deadline_option_reaches_every_hybrid_decoder(tool, tmp_pa
     args = parser.parse_args(first + ["--retrieval-deadline-ms", "-1"])
     with pytest.raises(ValueError, match="--retrieval-deadline-ms"):
         context_from_args(args, ["ar", "retrieval"])
+
+
+@pytest.mark.parametrize("tool", ["eval", "replay"])
+def test_the_skip_threshold_option_overrides_the_calibration(tool, tmp_path):
+    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
+    from heisd_ros.eval.methods import build_method, context_from_args
+    from heisd_ros.tools import eval as eval_tool
+    from heisd_ros.tools import replay as replay_tool
+    from test.test_hybrid_helpers import ScriptedClient, ok
+
+    calibration = tmp_path / "calibration.json"
+    VerifySkipCalibration(skip_threshold=1.0, router_threshold=0.2, precision_target=0.95,
+                          skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
+                          hidden_similarity_threshold=1.0, n_held_out_steps=0,
+                          n_pairs=0).save(calibration)
+    stats = tmp_path / "router_stats.json"
+    from heisd_ros.kinematics.router import RouterStats
+
+    RouterStats(0.0, 1.0, 0.0, 0.1, window=3).save(stats)
+    first = ["--suites", "piper_goal"] if tool == "eval" else ["some_bag"]
+    parser = {"eval": eval_tool, "replay": replay_tool}[tool].build_parser()
+    for option, want in (([], 1.0), (["--skip-threshold", "0.98"], 0.98)):
+        args = parser.parse_args(first + ["--calibration", str(calibration)] + option)
+        ctx, _ = context_from_args(args, ["ar", "heisd"])
+        ctx.db, ctx.resources.router_stats = ScriptedClient(lambda _e: ok([])), str(stats)
+        decoder = build_method("heisd", ctx)
+        assert decoder.skip_threshold == pytest.approx(want)
+        assert decoder.router.config.threshold == pytest.approx(0.2)  # still the calibration's
+    for bad in ("1.5", "nan"):
+        args = parser.parse_args(first + ["--skip-threshold", bad])
+        with pytest.raises(ValueError, match="--skip-threshold"):
+            context_from_args(args, ["ar", "heisd"])

@@ -42,7 +42,9 @@ class DecoderResources:
         drafter_tree: ``DraftTreeConfig`` of the draft head's tree; None: its default.
         retrieval: ``RetrievalSourceConfig`` (K, deadline); None: its default.
         retrieval_tree: ``GroupTreeConfig`` of the retrieval tree; None: its default.
-        options: further ``HybridConfig`` fields by name (e.g. ``skip_threshold``).
+        skip_threshold: the verify-skip similarity threshold over the calibration's; None:
+            the calibration's (or the configured one without a calibration).
+        options: further ``HybridConfig`` fields by name.
     """
 
     target: Any
@@ -55,6 +57,7 @@ class DecoderResources:
     drafter_tree: Any = None
     retrieval: Any = None
     retrieval_tree: Any = None
+    skip_threshold: float | None = None
     options: dict = field(default_factory=dict)
 
 
@@ -116,4 +119,5 @@ def build_decoder(method: str, resources: DecoderResources):
     return hybrid.build_hybrid_decoder(
         method, res.target, draft_head=res.draft_head,
         retriever=None if res.store is not None else res.retriever, store=res.store,
-        router_stats=res.router_stats, calibration=res.calibration, config=config)
+        router_stats=res.router_stats, calibration=res.calibration, config=config,
+        skip_threshold=res.skip_threshold)

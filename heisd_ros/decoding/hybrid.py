@@ -525,7 +525,8 @@ def open_warm_store(store_config, target, tasks=None):
 def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None,
                          store_config=None, store=None, router_stats=None, calibration=None,
                          config: HybridConfig | None = None, codec: ActionCodec | None = None,
-                         task: str | None = None) -> HybridDecoder:
+                         task: str | None = None,
+                         skip_threshold: float | None = None) -> HybridDecoder:
     """A :class:`HybridDecoder` for ``method`` from paths or objects.
 
     Args:
@@ -544,6 +545,8 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
         config: further settings (its method is replaced by ``method``).
         codec: the action codec (default: the target's, ``target.codec``).
         task: DB collection to query (default: per observation, ``task_of``).
+        skip_threshold: the verify-skip similarity threshold, over the calibration's (e.g.
+            one tuned on closed-loop validation episodes); None: the calibration's.
     """
     from heisd_ros.kinematics.router import RouterStats
 
@@ -554,6 +557,10 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
         cal = (calibration if isinstance(calibration, VerifySkipCalibration)
                else VerifySkipCalibration.load(calibration))
         config = cal.apply(config)
+    if skip_threshold is not None:
+        lo, hi = config.skip_bounds
+        t = float(skip_threshold)
+        config = replace(config, skip_threshold=t, skip_bounds=(min(lo, t), max(hi, t)))
     sw = config.switches
     drafter = None
     if sw.drafter and draft_head is not None:

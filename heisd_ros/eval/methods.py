@@ -164,6 +164,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
                  gripper_switch_prob: str | float | None = None,
                  retrieval_tree_nodes: int | None = None,
                  retrieval_deadline_ms: float | None = None,
+                 skip_threshold: float | None = None,
                  warn=None) -> tuple[MethodContext, dict]:
     """(context, description) for the tools: the default target and, if needed, a drafter.
 
@@ -179,6 +180,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     "none" for plain greedy; None keeps the checkpoint's, see ``TargetVLA.greedy_bins``).
     ``retrieval_tree_nodes``: node budget of the hybrid methods' retrieval tree (None: default).
     ``retrieval_deadline_ms``: time budget of one retrieval query (0: none; None: default).
+    ``skip_threshold``: the verify-skip threshold over the calibration's (None: its own).
     """
     from heisd_ros.models.draft_head_choice import choose_draft_head, target_file
     from heisd_ros.models.loading import load_target
@@ -197,6 +199,9 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
             retrieval_tree = GroupTreeConfig(node_budget=retrieval_tree_nodes)
         except ValueError as err:
             raise ValueError(f"--retrieval-tree-nodes: {err}") from err
+    if skip_threshold is not None and not -1.0 <= float(skip_threshold) <= 1.0:  # NaN too
+        raise ValueError(f"--skip-threshold: expected a cosine similarity in [-1, 1], got "
+                         f"{skip_threshold}")
     retrieval = None
     if retrieval_deadline_ms is not None:
         from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
@@ -218,7 +223,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ctx = MethodContext(DecoderResources(
         target, draft_head=drafter, calibration=calibration,
         relaxed_radius_bins=tuple(relaxed_radius_bins), retrieval=retrieval,
-        retrieval_tree=retrieval_tree), db=db)
+        retrieval_tree=retrieval_tree, skip_threshold=skip_threshold), db=db)
     return ctx, {"target": target_desc, "drafter": drafter_desc,
                  "drafter_untrained": untrained, "db": db_path, "calibration": calibration}
 
@@ -237,7 +242,8 @@ def context_from_args(args, methods, warn=None) -> tuple[MethodContext, dict]:
                         calibration=args.calibration,
                         gripper_switch_prob=args.gripper_switch_prob,
                         retrieval_tree_nodes=args.retrieval_tree_nodes,
-                        retrieval_deadline_ms=args.retrieval_deadline_ms, warn=warn)
+                        retrieval_deadline_ms=args.retrieval_deadline_ms,
+                        skip_threshold=args.skip_threshold, warn=warn)
 
 
 def router_stats_for(suite: str | None, explicit: str | None, db_path: str | None) -> str | None:

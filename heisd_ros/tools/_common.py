@@ -46,6 +46,10 @@ def add_decoder_arguments(parser) -> None:
                              f"forward (hybrid methods; default {GroupTreeConfig().node_budget}). "
                              "On a CPU every node costs compute; on a GPU the forward is "
                              "memory-bound and nodes are cheap")
+    parser.add_argument("--skip-threshold", type=float, default=None, metavar="S",
+                        help="verify-skip similarity threshold (cosine), over the calibration's "
+                             "(hybrid methods; e.g. one tuned on closed-loop validation "
+                             "episodes; default: the calibration's)")
     from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
 
     parser.add_argument("--retrieval-deadline-ms", type=float, default=None, metavar="MS",

@@ -98,6 +98,7 @@ def run(args):
               "max_steps": args.max_steps, "image_size_px": args.image_size,
               "threads": _threads(), "workers": workers,
               "retrieval_tree_nodes": args.retrieval_tree_nodes or GroupTreeConfig().node_budget,
+              "skip_threshold": args.skip_threshold,
               "retrieval_deadline_ms": (args.retrieval_deadline_ms
                                         if args.retrieval_deadline_ms is not None
                                         else RetrievalSourceConfig().deadline_s * 1e3)}
