@@ -166,3 +166,15 @@ def test_the_skip_threshold_option_overrides_the_calibration(tool, tmp_path):
         args = parser.parse_args(first + ["--skip-threshold", bad])
         with pytest.raises(ValueError, match="--skip-threshold"):
             context_from_args(args, ["ar", "heisd"])
+    for method, option, want in (("heisd", [], 3), ("heisd_paper", [], 2),
+                                 ("heisd", ["--max-unverified-run", "0"], 0),
+                                 ("heisd_paper", ["--max-unverified-run", "4"], 4)):
+        args = parser.parse_args(first + option)
+        ctx, _ = context_from_args(args, ["ar", method])
+        ctx.db, ctx.resources.router_stats = ScriptedClient(lambda _e: ok([])), str(stats)
+        unverified = build_method(method, ctx).config.unverified
+        assert (unverified.paper_max_run if method == "heisd_paper"
+                else unverified.max_run) == want
+    args = parser.parse_args(first + ["--max-unverified-run", "-1"])
+    with pytest.raises(ValueError, match="--max-unverified-run"):
+        context_from_args(args, ["ar", "heisd"])

@@ -165,6 +165,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
                  retrieval_tree_nodes: int | None = None,
                  retrieval_deadline_ms: float | None = None,
                  skip_threshold: float | None = None,
+                 max_unverified_run: int | None = None,
                  warn=None) -> tuple[MethodContext, dict]:
     """(context, description) for the tools: the default target and, if needed, a drafter.
 
@@ -181,6 +182,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ``retrieval_tree_nodes``: node budget of the hybrid methods' retrieval tree (None: default).
     ``retrieval_deadline_ms``: time budget of one retrieval query (0: none; None: default).
     ``skip_threshold``: the verify-skip threshold over the calibration's (None: its own).
+    ``max_unverified_run``: most unverified steps in a row, for every rule (None: defaults).
     """
     from heisd_ros.models.draft_head_choice import choose_draft_head, target_file
     from heisd_ros.models.loading import load_target
@@ -202,6 +204,15 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     if skip_threshold is not None and not -1.0 <= float(skip_threshold) <= 1.0:  # NaN too
         raise ValueError(f"--skip-threshold: expected a cosine similarity in [-1, 1], got "
                          f"{skip_threshold}")
+    options = {}
+    if max_unverified_run is not None:
+        from heisd_ros.decoding.unverified import UnverifiedConfig
+
+        try:
+            options["unverified"] = UnverifiedConfig(max_run=max_unverified_run,
+                                                     paper_max_run=max_unverified_run)
+        except ValueError as err:
+            raise ValueError(f"--max-unverified-run: {err}") from err
     retrieval = None
     if retrieval_deadline_ms is not None:
         from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
@@ -223,7 +234,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ctx = MethodContext(DecoderResources(
         target, draft_head=drafter, calibration=calibration,
         relaxed_radius_bins=tuple(relaxed_radius_bins), retrieval=retrieval,
-        retrieval_tree=retrieval_tree, skip_threshold=skip_threshold), db=db)
+        retrieval_tree=retrieval_tree, skip_threshold=skip_threshold, options=options), db=db)
     return ctx, {"target": target_desc, "drafter": drafter_desc,
                  "drafter_untrained": untrained, "db": db_path, "calibration": calibration}
 
@@ -243,7 +254,8 @@ def context_from_args(args, methods, warn=None) -> tuple[MethodContext, dict]:
                         gripper_switch_prob=args.gripper_switch_prob,
                         retrieval_tree_nodes=args.retrieval_tree_nodes,
                         retrieval_deadline_ms=args.retrieval_deadline_ms,
-                        skip_threshold=args.skip_threshold, warn=warn)
+                        skip_threshold=args.skip_threshold,
+                        max_unverified_run=args.max_unverified_run, warn=warn)
 
 
 def router_stats_for(suite: str | None, explicit: str | None, db_path: str | None) -> str | None:

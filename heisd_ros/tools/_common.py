@@ -50,6 +50,10 @@ def add_decoder_arguments(parser) -> None:
                         help="verify-skip similarity threshold (cosine), over the calibration's "
                              "(hybrid methods; e.g. one tuned on closed-loop validation "
                              "episodes; default: the calibration's)")
+    parser.add_argument("--max-unverified-run", type=int, default=None, metavar="N",
+                        help="most steps executed without the target VLA in a row, then a "
+                             "verified one (hybrid methods; 0 = never unverified; default: "
+                             "3, heisd_paper 2)")
     from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
 
     parser.add_argument("--retrieval-deadline-ms", type=float, default=None, metavar="MS",
