@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="heisd-eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suites", nargs="+", required=True, help="suite names")
+    p.add_argument("--suites", nargs="+", default=None,
+                   help="suite names (required unless --curve)")
     p.add_argument("--tasks", nargs="*", default=[], help="only these tasks (default all)")
     p.add_argument("--methods", nargs="+", default=["ar", "drafter"],
                    help=f"from {list(METHOD_NAMES)} (AR always runs: it is the reference)")
@@ -45,7 +47,35 @@ def build_parser() -> argparse.ArgumentParser:
                         "--threads 1 and keep workers x threads <= CPU cores)")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--report", default=None, help="write report.md and PNG plots here")
+    p.add_argument("--curve", nargs="+", default=None, metavar="RUN_JSON",
+                   help="no evaluation: success against speed over these earlier runs' "
+                        "--json files, which differ in --curve-key (a table; with --report "
+                        "also curve.md and curve.png)")
+    p.add_argument("--curve-key", default="max_unverified_run",
+                   help="the config setting the --curve runs differ in")
     return p
+
+
+def curve(args) -> int:
+    """``--curve``: the table (and plot) of earlier runs; exit 2 on unreadable ones."""
+    from heisd_ros.eval import curve as curves
+    from heisd_ros.eval import report
+
+    try:
+        points = curves.curve_points(curves.load_runs(args.curve), args.curve_key)
+    except ValueError as err:
+        print(f"heisd-eval: {err}", file=sys.stderr)
+        return 2
+    table = curves.curve_table(points, args.curve_key)
+    print(report.format_table(*table))
+    if args.report:
+        png = curves.plot_curve(Path(args.report) / "curve.png", points, args.curve_key)
+        md = report.write_markdown(
+            Path(args.report) / "curve.md", f"Success against speed over {args.curve_key}",
+            [("Runs", "\n".join(f"- {p}" for p in args.curve)),
+             ("Table", report.markdown_table(*table))], [png])
+        print(f"report: {md}")
+    return 0
 
 
 def _tasks(suites, only) -> list[tuple[str, str]]:
@@ -172,6 +202,11 @@ def _warn(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``heisd-eval``; exit 2 on bad options."""
     args = build_parser().parse_args(argv)
+    if args.curve:
+        return curve(args)
+    if not args.suites:
+        print("heisd-eval: --suites is required (or --curve RUN_JSON ...)", file=sys.stderr)
+        return 2
     from heisd_ros.eval import report
     from heisd_ros.eval.closed_loop import table_rows, write_eval_report
     from heisd_ros.tools._common import set_threads
