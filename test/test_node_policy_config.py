@@ -253,6 +253,22 @@ def test_heisd_with_a_db_dir_routes_with_the_suites_statistics(tiny, tmp_path):
     assert decoder.degraded == ""
 
 
+@pytest.mark.parametrize("method, n, want", [("heisd", -1, 3), ("heisd", 0, 0),
+                                             ("heisd_paper", -1, 2), ("heisd_paper", 4, 4)])
+def test_the_unverified_run_parameter_reaches_the_decoder(tiny, tmp_path, method, n, want):
+    _root, vla, target, head = tiny
+    db = tmp_path / "db"
+    _router_stats(db, SUITE)
+    _calibration(db)
+    decoder = pd.build_decoder(method, target, ModelConfig(path=vla, drafter_path=head,
+                                                           db_dir=str(db), max_unverified_run=n))
+    decoder.begin_episode(TASK)
+    unverified = decoder.current.decoder.config.unverified
+    assert (unverified.paper_max_run if method == "heisd_paper" else unverified.max_run) == want
+    with pytest.raises(ValueError, match="max_unverified_run"):
+        ModelConfig(max_unverified_run=-2)
+
+
 def test_explicit_router_statistics_that_do_not_load_fail_the_configure_step(tiny, tmp_path):
     _root, vla, target, head = tiny
     config = ModelConfig(path=vla, drafter_path=head,

@@ -76,6 +76,9 @@ class ModelConfig:
             when the other state's total probability reaches this value in (0, 1) (the
             current state is the last command sent); "none" = plain greedy; "" = what the
             checkpoint carries.
+        max_unverified_run: most steps executed without the target VLA in a row, then a
+            verified one (``heisd_ros.decoding.unverified``); 0 = never unverified; -1 = the
+            method's default (3; heisd_paper 2).
     """
 
     path: str = ""
@@ -88,6 +91,7 @@ class ModelConfig:
     retrieval_k: int = 4
     retrieval_deadline_s: float = 0.05
     gripper_switch_prob: str = ""
+    max_unverified_run: int = -1
 
     def __post_init__(self) -> None:
         if self.gripper_switch_prob:
@@ -101,6 +105,9 @@ class ModelConfig:
         if not (math.isfinite(self.retrieval_deadline_s) and self.retrieval_deadline_s >= 0):
             raise ValueError(f"retrieval_deadline_s: expected >= 0 s, "
                              f"got {self.retrieval_deadline_s}")
+        if self.max_unverified_run < -1:
+            raise ValueError(f"max_unverified_run: expected >= 0 (or -1: the method's "
+                             f"default), got {self.max_unverified_run}")
 
 
 @dataclass
@@ -440,6 +447,11 @@ def build_decoder(method: str, target, config: ModelConfig, retrieval_client=Non
         target, draft_head=head, retriever=retrieval_client,
         retrieval=RetrievalSourceConfig(k=config.retrieval_k,
                                         deadline_s=config.retrieval_deadline_s))
+    if config.max_unverified_run >= 0:
+        from heisd_ros.decoding.unverified import UnverifiedConfig
+
+        n = config.max_unverified_run
+        resources.options["unverified"] = UnverifiedConfig(max_run=n, paper_max_run=n)
     if not switches.router:
         resources.calibration = load_calibration(
             resolve_calibration(replace(config, db_dir="")), target)
