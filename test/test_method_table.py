@@ -166,7 +166,7 @@ def test_the_skip_threshold_option_overrides_the_calibration(tool, tmp_path):
         args = parser.parse_args(first + ["--skip-threshold", bad])
         with pytest.raises(ValueError, match="--skip-threshold"):
             context_from_args(args, ["ar", "heisd"])
-    for method, option, want in (("heisd", [], 3), ("heisd_paper", [], 2),
+    for method, option, want in (("heisd", [], 2), ("heisd_paper", [], 2),
                                  ("heisd", ["--max-unverified-run", "0"], 0),
                                  ("heisd_paper", ["--max-unverified-run", "4"], 4)):
         args = parser.parse_args(first + option)

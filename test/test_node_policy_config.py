@@ -253,7 +253,7 @@ def test_heisd_with_a_db_dir_routes_with_the_suites_statistics(tiny, tmp_path):
     assert decoder.degraded == ""
 
 
-@pytest.mark.parametrize("method, n, want", [("heisd", -1, 3), ("heisd", 0, 0),
+@pytest.mark.parametrize("method, n, want", [("heisd", -1, 2), ("heisd", 0, 0),
                                              ("heisd_paper", -1, 2), ("heisd_paper", 4, 4)])
 def test_the_unverified_run_parameter_reaches_the_decoder(tiny, tmp_path, method, n, want):
     _root, vla, target, head = tiny

@@ -44,7 +44,9 @@ class UnverifiedConfig:
     """Bounds of unverified execution and the ``follow`` rule's tolerances.
 
     Attributes:
-        max_run: unverified steps in a row (any rule but ``router``) before a verified one.
+        max_run: unverified steps in a row (any rule but ``router``) before a verified one
+            (2: the best success and speed of 0..4 on closed-loop validation episodes,
+            docs/results/2026-12-03-unverified-steps-validation.md).
         paper_max_run: the same for ``heisd_paper`` (the authors' N = 2).
         follow_window: how many steps ahead in the followed demonstration a retrieved point
             may be (1: only its next point; more lets an arm faster than it catch up).
@@ -57,7 +59,7 @@ class UnverifiedConfig:
         max_rotation_rad: largest rotation (norm of droll, dpitch, dyaw) of one, radians.
     """
 
-    max_run: int = 3
+    max_run: int = 2
     paper_max_run: int = 2
     follow_window: int = 2
     follow_min_similarity: float = 0.97

@@ -78,7 +78,7 @@ class ModelConfig:
             checkpoint carries.
         max_unverified_run: most steps executed without the target VLA in a row, then a
             verified one (``heisd_ros.decoding.unverified``); 0 = never unverified; -1 = the
-            method's default (3; heisd_paper 2).
+            default (2).
     """
 
     path: str = ""

@@ -53,7 +53,7 @@ def add_decoder_arguments(parser) -> None:
     parser.add_argument("--max-unverified-run", type=int, default=None, metavar="N",
                         help="most steps executed without the target VLA in a row, then a "
                              "verified one (hybrid methods; 0 = never unverified; default: "
-                             "3, heisd_paper 2)")
+                             "2)")
     from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
 
     parser.add_argument("--retrieval-deadline-ms", type=float, default=None, metavar="MS",
