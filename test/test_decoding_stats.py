@@ -52,3 +52,25 @@ def test_cuda_events_charge_gpu_work_to_its_stage():
     ms = clock.finish()
     assert ms["verify"] > 0.0
     assert ms["total"] >= ms["verify"]
+
+
+def test_path_costs_warm_both_then_take_the_cheaper_and_re_measure_the_other():
+    from heisd_ros.decoding.stats import PathCosts
+
+    costs = PathCosts(warm=2, explore_every=5, alpha=0.5)
+    chosen = []
+    for _ in range(4):  # warm-up: each path twice, the least measured first
+        path = costs.choose()
+        chosen.append(path)
+        costs.record(path, 30.0 if path == "drafter" else 20.0)
+    assert sorted(chosen) == ["ar", "ar", "drafter", "drafter"]
+    assert costs.mean_ms == {"drafter": 30.0, "ar": 20.0}
+    picks = [costs.choose() for _ in range(10)]  # choices 5..14: the 5th, 10th re-measure
+    assert picks == ["drafter", "ar", "ar", "ar", "ar", "drafter", "ar", "ar", "ar", "ar"]
+    costs.record("ar", 60.0)                      # AR got slower: 20 + 0.5 * 40 = 40
+    costs.record("ar", float("nan"))              # a failed measurement changes nothing
+    assert costs.mean_ms["ar"] == 40.0 and costs.samples["ar"] == 3
+    assert [costs.choose(), costs.choose()] == ["ar", "drafter"]  # the 15th re-measures AR
+    assert costs.describe() == "drafter 30.0 ms, ar 40.0 ms"
+    with pytest.raises(ValueError, match="PathCosts"):
+        PathCosts(alpha=0.0)

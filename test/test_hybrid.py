@@ -122,8 +122,10 @@ def test_router_only_is_lossless_on_every_route(tiny_vla, tiny_drafter, route):
         else:
             assert rec.router_mode == ROUTER_RETRIEVAL and rec.retrieval_calls == 1
         if kind in ("raise", "empty"):
-            assert rec.status and rec.draft_source in (DRAFT_DRAFTER, DRAFT_NONE)
-            assert rec.draft_source == (DRAFT_DRAFTER if with_drafter else DRAFT_NONE)
+            # the drafter's route: the draft head or AR, whichever is measured cheaper here
+            by_head = "drafter-routed step by drafter" in rec.why
+            assert rec.status and rec.draft_source == (DRAFT_DRAFTER if by_head else DRAFT_NONE)
+            assert with_drafter or not by_head
         if kind == "perfect":
             assert rec.target_forwards == 1 and rec.accepted_tokens == 7
             assert rec.draft_source == DRAFT_RETRIEVAL and rec.accepted_length_per_round == [7]
@@ -311,3 +313,36 @@ def test_builder_needs_router_stats_and_degrades_without_parts(tiny_random_vla):
     hybrid = build_hybrid_decoder("retrieval", tiny_random_vla)   # no DB, no head -> AR
     got = hybrid.decode(scenes(1, 17)[0])
     assert got.stats.target_forwards == 7 and "absent" in got.record.status
+
+
+@pytest.mark.parametrize("cheaper", ["ar", "drafter"])
+def test_a_drafter_routed_step_takes_the_cheaper_exact_path(tiny_trained_vla, tiny_drafter,
+                                                            cheaper):
+    from heisd_ros.decoding.stats import PathCosts
+
+    vla = tiny_trained_vla
+    hybrid = HybridDecoder(vla, HybridConfig(method="heisd", retrieval=RS),
+                           drafter=DrafterSource(tiny_drafter, vla), retrieval=None,
+                           router=router(0.9))
+    costs = PathCosts(warm=1, explore_every=1000)
+    for path in PathCosts.PATHS:  # as measured earlier on this machine
+        costs.record(path, 10.0 if path == cheaper else 50.0)
+    hybrid._costs = costs
+    ar = ActionDecoder(vla)
+    for obs in scenes(3, seed=21):
+        got = hybrid.decode(obs, ee_positions_m=STANDING)  # F = 0: the drafter's route
+        np.testing.assert_array_equal(got.tokens, ar.decode(obs).tokens)  # exact either way
+        assert f"drafter-routed step by {cheaper}" in got.record.why
+        if cheaper == "ar":
+            assert got.stats.drafter_forwards == 0 and got.stats.target_forwards == 7
+            assert got.record.draft_source == DRAFT_NONE
+        else:
+            assert got.stats.drafter_forwards > 0 and got.record.draft_source == DRAFT_DRAFTER
+    assert costs.samples[cheaper] == 1 + 3
+    relaxed = HybridDecoder(vla, HybridConfig(method="drafter_relaxed", retrieval=RS),
+                            drafter=DrafterSource(tiny_drafter, vla))
+    assert relaxed._costs is None  # relaxed drafting gives other tokens than AR: no choice
+    off = HybridDecoder(vla, HybridConfig(method="heisd", retrieval=RS,
+                                          cost_aware_drafting=False),
+                        drafter=DrafterSource(tiny_drafter, vla), router=router(0.9))
+    assert off._costs is None

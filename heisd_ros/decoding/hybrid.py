@@ -64,7 +64,7 @@ from heisd_ros.decoding.retrieval_source import (
     RetrievalSourceConfig,
     task_of,
 )
-from heisd_ros.decoding.stats import STAGES, StageClock, StepStats
+from heisd_ros.decoding.stats import STAGES, PathCosts, StageClock, StepStats
 from heisd_ros.decoding.unverified import (
     RULE_FOLLOW,
     RULE_ROUTER,
@@ -107,6 +107,9 @@ class HybridConfig:
         drafter_tree: shape of the drafter's dynamic tree.
         unverified: bounds of steps executed without the target, and the ``follow`` rule's
             tolerances (``heisd_ros.decoding.unverified``).
+        cost_aware_drafting: decode a drafter-routed step with the draft head or by plain AR,
+            whichever is measured cheaper on this machine (the same tokens either way;
+            ``heisd_ros.decoding.stats.PathCosts``); False: always the draft head.
     """
 
     method: str = "heisd"
@@ -120,6 +123,7 @@ class HybridConfig:
     retrieval: RetrievalSourceConfig = field(default_factory=RetrievalSourceConfig)
     drafter_tree: DraftTreeConfig = field(default_factory=DraftTreeConfig)
     unverified: UnverifiedConfig = field(default_factory=UnverifiedConfig)
+    cost_aware_drafting: bool = True
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -278,6 +282,9 @@ class HybridDecoder:
         self._next_trail: Trail | None = None  # the state after it, if the robot got it
         self._drafter_rule = gripper_safe(RelaxedRule(self.config.relaxed_radius_bins)
                                           if sw.drafter_relaxed else exact_rule)
+        # Exact drafting and AR give the same tokens: take the one measured cheaper here.
+        self._costs = (PathCosts() if self.config.cost_aware_drafting and self.drafter
+                       is not None and not sw.drafter_relaxed else None)
         self._retrieval_rule = gripper_safe(GroupRule(self.config.group_accept)
                                             if sw.sequence_wise else exact_rule)
 
@@ -353,7 +360,8 @@ class HybridDecoder:
             record.skip_rule, record.unverified_run = rule, trail.run + 1
             anchor = Anchor.of(candidate)
         else:
-            result = self._verified(observation, prefix, outcome if use_retrieval else None)
+            result = self._verified(observation, prefix, outcome if use_retrieval else None,
+                                    notes)
             anchor = _executed_point(outcome if use_retrieval else None, result.bins,
                                      self.retrieval.config.judge if self.retrieval else None)
         if episode is not None:
@@ -437,8 +445,8 @@ class HybridDecoder:
                             vision_features=prefix.vision_features, stats=stats,
                             record=HybridStepRecord(verify_skipped=True))
 
-    def _verified(self, observation: Observation, prefix,
-                  outcome: RetrievalOutcome | None) -> HybridResult:
+    def _verified(self, observation: Observation, prefix, outcome: RetrievalOutcome | None,
+                  notes: list[str]) -> HybridResult:
         if outcome is not None:
             self.retrieval.prepare(outcome)
             source = _RetrievalThenDrafter(self.retrieval, self.drafter, self._retrieval_rule,
@@ -446,7 +454,19 @@ class HybridDecoder:
             decoder = ActionDecoder(self.target, source, source.rule, self.codec,
                                     draft_in_prefill=True)
         elif self.drafter is not None:
-            decoder = ActionDecoder(self.target, self.drafter, self._drafter_rule, self.codec)
+            path = self._costs.choose() if self._costs is not None else "drafter"
+            if path == "ar":
+                decoder = ActionDecoder(self.target, codec=self.codec)
+            else:
+                decoder = ActionDecoder(self.target, self.drafter, self._drafter_rule,
+                                        self.codec)
+            r = decoder.decode(observation, prefix)
+            if self._costs is not None:
+                self._costs.record(path, sum(r.stats.stage_ms.get(s, 0.0)
+                                             for s in ("prefill", "draft", "verify")))
+                notes.append(f"drafter-routed step by {path} ({self._costs.describe()})")
+            return HybridResult(r.tokens, r.bins, r.action, r.hidden, r.vision_features,
+                                r.stats, HybridStepRecord())
         else:
             decoder = ActionDecoder(self.target, codec=self.codec)
         r = decoder.decode(observation, prefix)
