@@ -109,9 +109,7 @@ class VerifySkipCalibration:
 
     def apply(self, config):
         """A HybridConfig with these thresholds (skip bounds widened to include it)."""
-        lo, hi = config.skip_bounds
-        t = self.skip_threshold
-        return replace(config, skip_threshold=t, skip_bounds=(min(lo, t), max(hi, t)),
+        return replace(config.with_skip_threshold(self.skip_threshold),
                        router=replace(config.router, threshold=self.router_threshold))
 
 

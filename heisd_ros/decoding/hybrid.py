@@ -149,6 +149,12 @@ class HybridConfig:
             raise ValueError(f"relaxed_radius_bins: the gripper radius must be 0, got {radius}")
         object.__setattr__(self, "relaxed_radius_bins", radius)
 
+    def with_skip_threshold(self, threshold: float) -> HybridConfig:
+        """This config with ``threshold`` as the skip threshold (bounds widened to hold it)."""
+        t = float(threshold)
+        lo, hi = self.skip_bounds
+        return replace(self, skip_threshold=t, skip_bounds=(min(lo, t), max(hi, t)))
+
     @property
     def switches(self) -> Switches:
         """Components of ``method``."""
@@ -362,8 +368,9 @@ class HybridDecoder:
         else:
             result = self._verified(observation, prefix, outcome if use_retrieval else None,
                                     notes)
-            anchor = _executed_point(outcome if use_retrieval else None, result.bins,
-                                     self.retrieval.config.judge if self.retrieval else None)
+            # Only the follow rule reads the anchor: others skip the candidates' comparison.
+            anchor = (_executed_point(outcome, result.bins, self.retrieval.config.judge)
+                      if sw.follow and use_retrieval else None)
         if episode is not None:
             ee_m = self._history[-1] if self._history else None
             self._trail = trail  # what this step started from, should it be decided again
@@ -453,43 +460,35 @@ class HybridDecoder:
                                            self._drafter_rule)
             decoder = ActionDecoder(self.target, source, source.rule, self.codec,
                                     draft_in_prefill=True)
-        elif self.drafter is not None:
-            path = self._costs.choose() if self._costs is not None else "drafter"
-            if path == "ar":
-                decoder = ActionDecoder(self.target, codec=self.codec)
-            else:
-                decoder = ActionDecoder(self.target, self.drafter, self._drafter_rule,
-                                        self.codec)
-            r = decoder.decode(observation, prefix)
-            if self._costs is not None:
-                self._costs.record(path, sum(r.stats.stage_ms.get(s, 0.0)
-                                             for s in ("prefill", "draft", "verify")))
-                notes.append(f"drafter-routed step by {path} ({self._costs.describe()})")
-            return HybridResult(r.tokens, r.bins, r.action, r.hidden, r.vision_features,
-                                r.stats, HybridStepRecord())
+        elif self.drafter is not None and (self._costs is None
+                                           or self._costs.choose() == "drafter"):
+            decoder = ActionDecoder(self.target, self.drafter, self._drafter_rule, self.codec)
         else:
             decoder = ActionDecoder(self.target, codec=self.codec)
         r = decoder.decode(observation, prefix)
+        if outcome is None and self._costs is not None:
+            path = "drafter" if decoder.source is not None else "ar"
+            self._costs.record(path, sum(r.stats.stage_ms.get(s, 0.0)
+                                         for s in ("prefill", "draft", "verify")))
+            notes.append(f"drafter-routed step by {path} ({self._costs.describe()})")
         return HybridResult(r.tokens, r.bins, r.action, r.hidden, r.vision_features, r.stats,
                             HybridStepRecord())
 
 
-def _executed_point(outcome: RetrievalOutcome | None, bins: np.ndarray,
-                    judge: GroupAcceptConfig | None) -> Anchor | None:
+def _executed_point(outcome: RetrievalOutcome, bins: np.ndarray,
+                    judge: GroupAcceptConfig) -> Anchor | None:
     """The retrieved point whose action the verified step executed, if any.
 
     Exactly that action first; else the first candidate the sequence-wise rule ``judge``
     would have accepted whole against the executed action.
     """
-    if outcome is None or not outcome.ok:
+    if not outcome.ok:
         return None
     executed = np.asarray(bins, dtype=np.int64)
     drafts = [np.asarray(c.bins, dtype=np.int64) for c in outcome.candidates]
     for candidate, draft in zip(outcome.candidates, drafts, strict=True):
         if np.array_equal(draft, executed):
             return Anchor.of(candidate)
-    if judge is None:
-        return None
     chain, dims = np.arange(ACTION_DIM) - 1, np.arange(ACTION_DIM)
     for candidate, draft in zip(outcome.candidates, drafts, strict=True):
         if len(accepted_group_path(chain, draft, executed, dims, judge)) == ACTION_DIM:
@@ -578,9 +577,7 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
                else VerifySkipCalibration.load(calibration))
         config = cal.apply(config)
     if skip_threshold is not None:
-        lo, hi = config.skip_bounds
-        t = float(skip_threshold)
-        config = replace(config, skip_threshold=t, skip_bounds=(min(lo, t), max(hi, t)))
+        config = config.with_skip_threshold(skip_threshold)
     sw = config.switches
     drafter = None
     if sw.drafter and draft_head is not None:

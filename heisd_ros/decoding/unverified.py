@@ -67,6 +67,11 @@ class UnverifiedConfig:
     max_translation_m: float = 0.02
     max_rotation_rad: float = 0.15
 
+    @classmethod
+    def at_most(cls, n: int) -> UnverifiedConfig:
+        """The defaults with at most ``n`` unverified steps in a row for every rule."""
+        return cls(max_run=n, paper_max_run=n)
+
     def __post_init__(self) -> None:
         """Refuse negative counts and non-finite or negative bounds."""
         if isinstance(self.follow_window, bool) or not isinstance(self.follow_window, int) \

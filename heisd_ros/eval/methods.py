@@ -209,8 +209,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
         from heisd_ros.decoding.unverified import UnverifiedConfig
 
         try:
-            options["unverified"] = UnverifiedConfig(max_run=max_unverified_run,
-                                                     paper_max_run=max_unverified_run)
+            options["unverified"] = UnverifiedConfig.at_most(max_unverified_run)
         except ValueError as err:
             raise ValueError(f"--max-unverified-run: {err}") from err
     retrieval = None

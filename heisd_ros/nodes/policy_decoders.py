@@ -450,8 +450,7 @@ def build_decoder(method: str, target, config: ModelConfig, retrieval_client=Non
     if config.max_unverified_run >= 0:
         from heisd_ros.decoding.unverified import UnverifiedConfig
 
-        n = config.max_unverified_run
-        resources.options["unverified"] = UnverifiedConfig(max_run=n, paper_max_run=n)
+        resources.options["unverified"] = UnverifiedConfig.at_most(config.max_unverified_run)
     if not switches.router:
         resources.calibration = load_calibration(
             resolve_calibration(replace(config, db_dir="")), target)
