@@ -92,15 +92,17 @@ def wait_until_up(ros, proc: Node, timeout_s: float = 120.0) -> None:
 def stop_and_time(ros, proc: Node, signals: tuple[int, ...]) -> float:
     """Send the signals; the seconds from the first until the process exited.
 
-    Each later signal goes out once the node has left the ROS graph (its teardown is under
-    way, or done): a second Ctrl-C during shutdown.
+    Each later signal goes out once the node has logged that it acts on the first (its
+    teardown is under way) or has exited: a second Ctrl-C during shutdown. Waiting on the
+    log, not on the ROS graph: this process's view of the graph can lag, and two signals
+    pending together are run by Python in signal-number order (SIGINT before SIGTERM).
     """
-    _, node, executor, _ = ros
+    _, _node, executor, _ = ros
+    first = f"{signal.Signals(signals[0]).name}: shutting down"
     start = time.monotonic()
     proc.proc.send_signal(signals[0])
     for sig in signals[1:]:
-        spin_until(executor, lambda: proc.proc.poll() is not None
-                   or proc.name not in node.get_node_names(), 15)
+        spin_until(executor, lambda: proc.proc.poll() is not None or first in proc.text(), 15)
         proc.proc.send_signal(sig)  # harmless once it has exited
     try:
         proc.proc.wait(timeout=15)
