@@ -204,7 +204,7 @@ def test_camera_with_an_encoding_the_policy_refuses(capsys, tmp_path, encoding, 
     other = TOPIC_WRIST if role == "primary" else TOPIC_THIRD_PERSON
     bag = _camera_bag(tmp_path / "bag", {topic: (IMAGE_TYPE, [_raw(encoding, channels)] * 2),
                                          other: (IMAGE_TYPE, [_rgb] * 2)})
-    err = _replay(capsys, bag, "--target", tmp_path / "missing.safetensors")
+    err = _replay(capsys, bag, "--without-state", "--target", tmp_path / "missing.safetensors")
     assert f"{topic} (sensor_msgs/msg/Image): unsupported image encoding '{encoding}'" in err
     assert "['bgr8', 'mono8', 'rgb8']" in err and "jpeg or png" in err
     assert f"remap with {option} TOPIC" in err
@@ -218,13 +218,15 @@ def test_encoding_change_mid_bag_stops_replay_with_the_topic(capsys, tmp_path):
     target = save_small_vla(SmallVLA.random(TINY, seed=1), tmp_path / "tiny.safetensors")
     frames = [_rgb, _raw("yuv422", 2)]  # the first frame passes the check before loading
     bag = _camera_bag(tmp_path / "bag", {TOPIC_THIRD_PERSON: (IMAGE_TYPE, frames)})
-    err = _replay(capsys, bag, "--topic-wrist", "", "--methods", "ar", "--target", target)
+    err = _replay(capsys, bag, "--without-state", "--topic-wrist", "", "--methods", "ar",
+                  "--target", target)
     assert f"{TOPIC_THIRD_PERSON}: unsupported image encoding 'yuv422'" in err
 
 
 def test_missing_checkpoint_is_a_message(capsys, tmp_path):
     bag = _camera_bag(tmp_path / "bag", {TOPIC_THIRD_PERSON: (IMAGE_TYPE, [_rgb])})
-    err = _replay(capsys, bag, "--topic-wrist", "", "--target", tmp_path / "nope.safetensors")
+    err = _replay(capsys, bag, "--without-state", "--topic-wrist", "", "--target",
+                  tmp_path / "nope.safetensors")
     assert "nope.safetensors" in err
 
 
@@ -244,7 +246,7 @@ def test_compressed_camera_the_policy_refuses(capsys, tmp_path, fmt, data, messa
     topic = TOPIC_WRIST + "/compressed"
     bag = _camera_bag(tmp_path / "bag", {TOPIC_THIRD_PERSON: (IMAGE_TYPE, [_rgb]),
                                          topic: (COMPRESSED_IMAGE_TYPE, [_compressed(fmt, data)])})
-    err = _replay(capsys, bag, "--target", tmp_path / "missing.safetensors")
+    err = _replay(capsys, bag, "--without-state", "--target", tmp_path / "missing.safetensors")
     assert f"{topic} (sensor_msgs/msg/CompressedImage): {message}" in err
     assert "remap with --topic-wrist TOPIC" in err
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from heisd_ros.data.rosbag_io import (
     EE_COMMAND_TYPE,
     IMAGE_TYPE,
@@ -157,3 +159,128 @@ def bag_information(path, error: type[Exception] = ValueError) -> dict:
     except (OSError, yaml.YAMLError, KeyError, TypeError) as err:
         raise error(f"{path}: {METADATA_FILE} is unreadable ({err}); if the storage files are "
                     f"intact, `ros2 bag reindex {path}` rebuilds it") from err
+
+
+#: rosbags reads rosbag2 metadata of these versions (rosbag2 itself writes 1..9).
+SUPPORTED_METADATA_VERSIONS = range(1, 10)
+#: Storage plugins rosbags reads.
+SUPPORTED_STORAGES = ("mcap", "sqlite3")
+#: Storage file endings of an unindexed recording.
+STORAGE_SUFFIXES = (".mcap", ".db3")
+
+
+def storage_files(meta: dict) -> list[str]:
+    """The storage file names of a bag's metadata, relative to the bag directory.
+
+    Metadata before version 4 lists them with the bag directory in front
+    ("my_bag/my_bag_0.db3"); rosbag2 and rosbags then take the file name alone, and so does
+    this.
+    """
+    return [Path(str(f)).name for f in meta.get("relative_file_paths") or []]
+
+
+def check_bag_dir(path: str | Path, error: type[Exception] = ValueError) -> dict:
+    """Check that ``path`` is a rosbag2 directory a reader can open; its metadata.
+
+    Each failure raises ``error`` naming its cause and the fix: no such path; a file (pass its
+    directory); a folder of bags (pass one); storage files without metadata (``ros2 bag
+    reindex``); a metadata version, storage plugin, serialization format or compression this
+    reader does not support; storage files the metadata lists that are missing.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise error(f"{path}: no such file or directory; expected a rosbag2 directory (the "
+                    f"one holding {METADATA_FILE})")
+    if path.is_file():
+        parent = path.parent
+        hint = (f"pass the bag directory {parent} instead" if (parent / METADATA_FILE).is_file()
+                else f"it has no {METADATA_FILE} next to it; `ros2 bag reindex {parent}` "
+                     f"rebuilds one")
+        raise error(f"{path}: is a file; a rosbag2 directory is needed ({hint})")
+    if not (path / METADATA_FILE).is_file():
+        bags = sorted(str(p.parent.relative_to(path)) for p in path.rglob(METADATA_FILE))
+        if bags:
+            shown = ", ".join(bags[:5]) + (", ..." if len(bags) > 5 else "")
+            raise error(f"{path}: is a folder of {len(bags)} bags ({shown}), not a bag; pass "
+                        f"one bag directory")
+        files = sorted(p.name for p in path.iterdir())
+        if any(name.endswith(STORAGE_SUFFIXES) for name in files):
+            raise error(f"{path}: has storage files ({files}) but no {METADATA_FILE} (an "
+                        f"interrupted recording?); `ros2 bag reindex {path}` restores it")
+        raise error(f"{path}: is not a rosbag2 directory: no {METADATA_FILE} (found "
+                    f"{files or 'nothing'})")
+    meta = bag_information(path, error)
+    version = meta.get("version")
+    if not isinstance(version, int) or version not in SUPPORTED_METADATA_VERSIONS:
+        raise error(f"{path}: {METADATA_FILE} has version {version!r}; this reader (rosbags) "
+                    f"reads versions {SUPPORTED_METADATA_VERSIONS.start}.."
+                    f"{SUPPORTED_METADATA_VERSIONS.stop - 1}; convert the bag with "
+                    f"`ros2 bag convert` of a ROS distribution that wrote it")
+    storage = meta.get("storage_identifier")
+    if storage not in SUPPORTED_STORAGES:
+        raise error(f"{path}: storage plugin {storage!r} is not supported (only "
+                    f"{list(SUPPORTED_STORAGES)}); convert with `ros2 bag convert`")
+    entries = meta.get("topics_with_message_count") or []
+    other = sorted({str(e.get("topic_metadata", {}).get("serialization_format"))
+                    for e in entries if isinstance(e, dict)} - {"cdr"})
+    if other:
+        raise error(f"{path}: messages serialized as {other}; only cdr (ROS 2's default) is "
+                    f"read")
+    mode = str(meta.get("compression_mode") or "").lower()
+    if mode not in ("", "none") and meta.get("compression_format") != "zstd":
+        raise error(f"{path}: compression {meta.get('compression_format')!r} is not supported "
+                    f"(only zstd)")
+    files = storage_files(meta)
+    missing = [f for f in files if not (path / f).is_file()]
+    if missing:
+        split = f"split over {len(files)} files" if len(files) > 1 else "made of 1 file"
+        raise error(f"{path}: the bag is {split} ({files}) but {missing} are missing; copy "
+                    f"every file of the bag, or reindex the parts present with "
+                    f"`ros2 bag reindex {path}`")
+    return meta
+
+
+def joint_values(names: list[str], positions, gripper_joint: str = "gripper",
+                 topic: str = "joint states") -> tuple[np.ndarray, float]:
+    """(6 arm joint angles rad, gripper width m) of a JointState's names and positions.
+
+    The arm joints are ``joint1``..``joint6`` when named so, else the first six positions.
+
+    Raises:
+        ValueError: no joint ``gripper_joint`` (the message lists the names it has and the
+            option to choose one), or fewer than 6 arm joints.
+    """
+    from heisd_ros.data.episode import JOINT_STATE_NAMES
+
+    names, pos = list(names), np.asarray(positions, dtype=np.float64)
+    if gripper_joint not in names:
+        raise ValueError(f"{topic}: no joint named {gripper_joint!r} for the gripper width "
+                         f"(names {names}); choose it with --gripper-joint NAME (piper_ros "
+                         f"publishes it as joint7)")
+    arm = JOINT_STATE_NAMES[:6]
+    if all(n in names for n in arm):
+        joints = np.array([pos[names.index(n)] for n in arm])
+    elif len(pos) >= 7:
+        joints = np.array([p for n, p in zip(names, pos, strict=False)
+                           if n != gripper_joint][:6])
+    else:
+        raise ValueError(f"{topic}: expected 6 arm joints and the gripper, got names {names}")
+    return joints, float(pos[names.index(gripper_joint)])
+
+
+def resolve_cameras(topics: dict[str, str | None], present: dict) -> dict[str, str | None]:
+    """``topics`` with each unset (None) camera role resolved against the bag's topics.
+
+    An unset camera takes its default topic or, when only that is in the bag (``present``:
+    the bag's topics), the default's image_transport ``/compressed`` topic.
+    """
+    from heisd_ros.data.rosbag_io import COMPRESSED_SUFFIX
+
+    defaults, out = BagTopics(), dict(topics)
+    for role in ("primary", "wrist"):
+        if role in out and out[role] is None:
+            default = getattr(defaults, role)
+            compressed = default + COMPRESSED_SUFFIX
+            out[role] = (compressed if default not in present and compressed in present
+                         else default)
+    return out

@@ -152,7 +152,9 @@ def write_replay_report(out_dir, result: dict) -> dict[str, str]:
                   f"- instruction: {result['instruction']!r}\n- target: {result['target']}\n"
                   f"- drafter: {result['drafter']}\n"
                   f"- drafter_untrained: {result.get('drafter_untrained', False)}\n"
-                  f"- topics: {result['topics']}"),
+                  f"- topics: {result['topics']}\n"
+                  + (f"- {result['pairing']['line']}\n" if "pairing" in result else "")
+                  + "".join(f"- **warning:** {w}\n" for w in result.get("warnings", []))),
         ("Total (agreement and speed-up vs AR, measured on this machine)",
          report.markdown_table(header, rows)),
         ("Projection", report.projection_markdown(result["projection"])),

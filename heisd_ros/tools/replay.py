@@ -16,18 +16,38 @@ Cameras may be sensor_msgs/Image (rgb8, bgr8, mono8) or CompressedImage (jpeg, p
 camera its own, converted as the policy node converts them. A camera option left unset takes
 the default topic, or its image_transport ``/compressed`` topic when only that is in the bag.
 
+Pairing (the rule of every tool, heisd_ros.data.pairing): each primary frame takes the wrist
+frame nearest in header stamp, earlier or later, within --max-skew-s (50 ms), and the joint
+state and EE pose nearest to it within --max-state-skew-s (0.5 s, the policy node's
+default); a wrist frame may serve several primary frames. --rate-hz thins the primary frames
+to a control rate. The report's "frames:" line gives what was found, paired and dropped, and
+why.
+
+The robot state is required (the model's proprioception and the router's EE position):
+a bag without it, or a JointState without the gripper joint (--gripper-joint; piper_ros
+names it joint7), stops with the remap to use; --without-state replays without it and says
+so in the report.
+
 A bag that cannot be replayed (missing topics, other message types or image encodings, empty,
-truncated, split with missing parts) gets a message saying what was found and how to remap,
-and exit code 2.
+truncated, split with missing parts, unsupported metadata) gets a message naming the cause
+and the fix, and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import sys
 
-from heisd_ros.data.bag_topics import BagTopics, add_topic_arguments, option, topic_options
-from heisd_ros.eval.bag_frames import REPLAY_ROLES
+from heisd_ros.data.bag_topics import (
+    BagTopics,
+    add_topic_arguments,
+    option,
+    resolve_cameras,
+    topic_options,
+)
+from heisd_ros.eval.bag_frames import DEFAULT_STATE_TOLERANCE_S, REPLAY_ROLES, FrameOptions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,8 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("bag", help="rosbag2 directory (the one holding metadata.yaml)")
     p.add_argument("--methods", nargs="+", default=["ar", "drafter"],
                    help=f"methods besides AR, from {list(METHOD_NAMES)} (AR is always run)")
-    add_topic_arguments(p, REPLAY_ROLES, optional=("wrist", "joint_states", "ee_pose"),
-                        find_compressed=True)
+    add_topic_arguments(p, REPLAY_ROLES, optional=("wrist",), find_compressed=True)
+    p.add_argument("--gripper-joint", default="gripper",
+                   help="JointState name of the gripper width (piper_ros: joint7)")
+    p.add_argument("--without-state", action="store_true",
+                   help="replay without joint states and EE pose (no proprioception; every "
+                        "action may change; the report says so)")
     p.add_argument("--instruction", default=None,
                    help="task instruction (default: the bag's heisd.instruction custom data)")
     p.add_argument("--task", default=None, help="retrieval DB collection (default: the bag's "
@@ -49,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-frames", type=int, default=None, help="stop after this many frames")
     p.add_argument("--max-skew-s", type=float, default=0.05,
                    help="largest stamp difference of paired camera frames, s")
+    p.add_argument("--max-state-skew-s", type=float, default=DEFAULT_STATE_TOLERANCE_S,
+                   help="largest stamp difference of a frame and its robot state, s")
+    p.add_argument("--rate-hz", type=float, default=None,
+                   help="replay at most this many primary frames per second (default: every "
+                        "frame)")
     add_decoder_arguments(p)
     p.add_argument("--drafter-ms", type=float, default=1.0,
                    help="assumed draft-head forward cost on the projected GPU, ms")
@@ -60,23 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_topics(args) -> BagTopics:
-    """The ``--topic-*`` options, with an unset camera resolved in the bag.
+    """The ``--topic-*`` options, an unset camera resolved in the bag (default or /compressed)."""
+    from heisd_ros.data.rosbag_io import metadata_topics
 
-    An unset camera takes its default topic or, when only that is in the bag, the default's
-    image_transport ``/compressed`` topic.
-    """
-    from heisd_ros.data.rosbag_io import COMPRESSED_SUFFIX, metadata_topics
-
-    defaults = BagTopics()
     present = metadata_topics(args.bag)  # {} for no bag: inspect_bag then says why
-    topics = topic_options(args, REPLAY_ROLES)
-    for role in ("primary", "wrist"):
-        if topics[role] is None:
-            default = getattr(defaults, role)
-            compressed = default + COMPRESSED_SUFFIX
-            topics[role] = (compressed if default not in present and compressed in present
-                            else default)
-    return BagTopics(**topics)
+    return BagTopics(**resolve_cameras(topic_options(args, REPLAY_ROLES), present))
+
+
+def frame_options(args) -> FrameOptions:
+    """The pairing options of the command line."""
+    return FrameOptions(pair_tolerance_s=args.max_skew_s,
+                        state_tolerance_s=args.max_state_skew_s, rate_hz=args.rate_hz,
+                        gripper_joint=args.gripper_joint, without_state=args.without_state)
 
 
 def check_cameras(info, topics: BagTopics) -> None:
@@ -112,6 +136,7 @@ def run(args) -> dict:
     """Check the bag, decode its frames with every method, return the result JSON."""
     from tqdm import tqdm
 
+    from heisd_ros.data.pairing import PairingReport
     from heisd_ros.eval.bag_frames import BagError, inspect_bag, iter_frames
     from heisd_ros.eval.methods import (
         build_method,
@@ -124,7 +149,8 @@ def run(args) -> dict:
 
     methods = check_methods(args.methods)
     topics = resolve_topics(args)
-    info = inspect_bag(args.bag, topics)
+    options = frame_options(args)
+    info = inspect_bag(args.bag, topics, options)
     check_cameras(info, topics)  # before the models load
     instruction = args.instruction or info.custom_data.get("heisd.instruction")
     if not instruction:
@@ -132,33 +158,32 @@ def run(args) -> dict:
                        f"heisd.instruction); pass --instruction TEXT")
     if args.max_frames is not None and args.max_frames < 1:
         raise ValueError(f"--max-frames: expected >= 1, got {args.max_frames}")
+    pairing = PairingReport()
+    observations = iter_frames(info, topics, instruction, args.max_frames, options, pairing)
+    first = next(observations)  # before the models load: the first pass pairs (or says why not)
     ctx, desc = context_from_args(args, methods, warn=_warn)
     ctx.resources.router_stats = router_stats_for(info.custom_data.get("heisd.suite"),
                                                   args.router_stats, args.db)
     decoders = {m: build_method(m, ctx) for m in methods}
-    total = info.topics[topics.primary][1]
-    if args.max_frames:
-        total = min(total, args.max_frames)
+    total = pairing.paired if args.max_frames is None else min(pairing.paired, args.max_frames)
     with tqdm(total=total, unit="frame", file=sys.stderr) as bar:
-        frames = replay_frames(decoders, iter_frames(info, topics, instruction, args.max_frames,
-                                                     args.max_skew_s),
+        frames = replay_frames(decoders, itertools.chain([first], observations),
                                progress=lambda n: bar.update(1),
                                task=args.task or info.custom_data.get("heisd.task"))
-    if not frames:
-        raise BagError(f"{info.path}: no frame could be paired (primary {topics.primary}, wrist "
-                       f"{topics.wrist}, largest stamp difference {args.max_skew_s} s); check "
-                       f"the header stamps or raise --max-skew-s")
     summary = summarise_replay(frames)
+    for warning in info.warnings:
+        _warn(warning)
     return {"bag": str(info.path), "storage": info.storage, "files": info.files,
             "topics": {r: getattr(topics, r) for r in REPLAY_ROLES},
-            "missing_optional_topics": info.missing_optional, "instruction": instruction,
+            "pairing": pairing.as_dict(), "frame_options": dataclasses.asdict(options),
+            "warnings": list(info.warnings), "instruction": instruction,
             **desc, "methods": summary,
             "projection": project(summary, ComponentCosts(drafter_forward_ms=args.drafter_ms)),
             "frames": frames}
 
 
 def _warn(message: str) -> None:
-    """A warning about the models in use (an untrained draft head), on stderr."""
+    """A warning (an untrained draft head, a replay without robot state), on stderr."""
     print(f"heisd-replay: WARNING: {message}", file=sys.stderr)
 
 
@@ -175,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:  # BagError included: no traceback
         print(f"heisd-replay: {err}", file=sys.stderr)
         return 2
+    print(result["pairing"]["line"])
     print(report.format_table(*table_rows(result["methods"])))
     print(result["projection"]["label"] + ": " + ", ".join(
         f"{n} {r['projected_speedup_vs_ar']:.2f}x"
