@@ -36,7 +36,7 @@ def test_a_good_pair_is_taken_once():
 
 
 @pytest.mark.parametrize("case,kind", [
-    (dict(dt=-0.2), "unpaired frames"),
+    (dict(dt=0.1), "unpaired frames"),  # the wrist camera has passed the frame
     (dict(t=20.0), "frame from the future"),
     (dict(t=5.0), "stale frames"),
     (dict(wrist=np.zeros((8, 16, 3), np.uint8)), "mismatched image sizes"),
@@ -73,7 +73,10 @@ def test_after_a_refused_pair_the_next_good_pair_is_taken():
         gate.add_robot(robot(10.2))
         gate.add_frame("third_person", 10.2, IMG)
         waiting = gate.take(10.21)  # the wrist has nothing new since the refused pair
-        assert waiting.snapshot is None and not waiting.problem, waiting.problem
+        assert waiting.snapshot is None
+        if waiting.problem:  # only a wrist camera whose newest frame is stale is reported
+            assert refused_case == dict(t=5.0) and waiting.problem.startswith(
+                "stale frames: the newest wrist frame"), waiting.problem
         gate.add_frame("wrist", 10.2, IMG)
         result = gate.take(10.22)
         assert result.snapshot is not None, (refused_case, result.problem)
@@ -131,3 +134,103 @@ def test_frames_stamped_from_the_episode_start_count_for_it():
     gate.add_frame("wrist", 10.7, IMG)
     gate.reset(since_s=10.6)
     assert gate.take(now_s=10.8).snapshot is None
+
+
+def fresh_gate():
+    gate = InputGate(InputGateConfig(pair_tolerance_s=0.05, max_age_s=0.3, max_future_s=0.05))
+    gate.add_robot(robot(0.0))
+    return gate
+
+
+def frame(value):
+    return np.full((16, 16, 3), value, np.uint8)
+
+
+def test_a_30_hz_camera_with_a_10_hz_wrist_reuses_wrist_frames():
+    """A wrist frame serves every third-person frame within 50 ms of it.
+
+    A frame whose nearest wrist frame has not arrived (67 ms to the last, 33 ms to the next)
+    waits, and is passed over when the next frame pairs: the node acts on the newest.
+    """
+    gate, taken = fresh_gate(), {}
+    for k in range(12):  # 0.4 s of a 30 Hz camera; the wrist every 100 ms
+        t = k / 30
+        if k % 3 == 0:
+            gate.add_frame("wrist", t, frame(k // 3))
+        gate.add_frame("third_person", t, frame(k))
+        gate.add_robot(robot(t))
+        result = gate.take(now_s=t + 0.002)
+        assert not result.problem, (k, result.problem)
+        if result.snapshot is not None:
+            taken[int(result.snapshot.third_person[0, 0, 0])] = int(result.snapshot.wrist[0, 0, 0])
+    assert taken == {0: 0, 1: 0, 3: 1, 4: 1, 6: 2, 7: 2, 9: 3, 10: 3}
+
+
+def test_a_wrist_frame_stamped_later_is_waited_for_then_paired():
+    gate = fresh_gate()
+    gate.add_frame("wrist", 0.9, frame(9))
+    gate.add_frame("third_person", 1.0, frame(10))
+    gate.add_robot(robot(1.0))
+    waiting = gate.take(1.005)
+    assert waiting.snapshot is None and not waiting.problem  # its partner may be on its way
+    gate.add_frame("wrist", 1.01, frame(10))
+    result = gate.take(1.02)
+    assert result.snapshot.wrist[0, 0, 0] == 10 and result.snapshot.stamp_s == 1.01
+
+
+def test_the_nearest_wrist_frame_held_is_chosen_in_either_order():
+    gate = fresh_gate()
+    for stamp, value in ((0.96, 1), (1.02, 2)):
+        gate.add_frame("wrist", stamp, frame(value))
+    gate.add_frame("third_person", 1.0, frame(0))
+    gate.add_robot(robot(1.0))
+    assert gate.take(1.03).snapshot.wrist[0, 0, 0] == 2  # 20 ms after beats 40 ms before
+    gate.add_frame("third_person", 1.05, frame(0))  # 30 ms after 1.02: the earlier one
+    assert gate.take(1.06).snapshot.wrist[0, 0, 0] == 2
+
+
+def test_an_older_frame_with_a_partner_is_taken_while_the_newest_waits():
+    """A wrist camera whose messages arrive late: the gate acts on what it can pair."""
+    gate = fresh_gate()
+    gate.add_frame("third_person", 1.0, frame(1))
+    gate.add_frame("third_person", 1.08, frame(2))
+    gate.add_frame("wrist", 1.0, frame(1))
+    gate.add_robot(robot(1.0))
+    assert gate.take(1.085).snapshot.third_person[0, 0, 0] == 1
+    waiting = gate.take(1.09)
+    assert waiting.snapshot is None and not waiting.problem
+    gate.add_frame("wrist", 1.08, frame(2))
+    assert gate.take(1.1).snapshot.third_person[0, 0, 0] == 2
+
+
+def test_a_stale_wrist_camera_is_reported_once_and_the_frame_still_pairs_after():
+    gate = fresh_gate()
+    gate.add_frame("wrist", 1.0, frame(1))
+    gate.add_frame("third_person", 2.0, frame(2))
+    gate.add_robot(robot(2.0))
+    first = gate.take(2.01)
+    assert first.kind == "stale frames" and "wrist" in first.problem, first.problem
+    assert not gate.take(2.02).problem  # once
+    gate.add_frame("wrist", 2.01, frame(3))
+    assert gate.take(2.02).snapshot is not None
+
+
+def test_a_frame_without_a_partner_is_refused_as_unpaired_once_it_is_stale():
+    gate = fresh_gate()
+    gate.add_frame("wrist", 0.9, frame(0))
+    gate.add_frame("third_person", 1.0, frame(1))
+    gate.add_robot(robot(1.0))
+    for now in (1.01, 1.2):
+        result = gate.take(now)
+        assert result.snapshot is None and not result.problem  # still waiting for a partner
+    result = gate.take(1.31)
+    assert result.kind == "unpaired frames" and "nearest 0.100 s away" in result.problem
+    assert not gate.take(1.32).problem  # once
+
+
+def test_a_late_stale_frame_older_than_the_last_one_used_is_reported_once():
+    gate = gate_with()
+    assert gate.take(10.1).snapshot is not None
+    gate.add_frame("third_person", 7.0, IMG)  # older than the frame used, and stale
+    assert gate.take(10.2).kind == "stale frames"
+    assert not gate.take(10.21).problem  # once

@@ -28,7 +28,8 @@ class PolicyNodeConfig:
             while the ``instruction`` parameter is empty.
         frame_id: frame of the commands, the path and the markers.
         retrieval_service: Retrieve service of the retrieval node.
-        min_period_s: least time between two steps, s (0 = one step per new frame pair).
+        min_period_s: least time between two steps, s (0 = one step per new
+            paired third-person frame).
         path_length: poses kept in /heisd/ee_path.
         marker_keep: steps whose markers stay visible.
         warn_throttle_s: one warning per refusal kind at most this often, s.

@@ -1,15 +1,24 @@
-"""The policy node's input gate: pair the newest camera frames, check everything, or say why not.
+"""The policy node's input gate: pair camera frames, check everything, or say why not.
 
 Pure Python (numpy only, no rclpy): the node converts messages and feeds the gate; the gate
 decides whether a step may run on them. The rules:
 
-- both cameras need a new frame since the last pair taken or refused (so a refused pair is
-  reported once); the two stamps must lie within ``pair_tolerance_s`` of each other
-  ("unpaired frames" otherwise);
-- a frame older than ``max_age_s`` ("stale frames") is never acted on; a frame more than
-  ``max_future_s`` ahead of the clock ("frame from the future") is refused per camera as it
-  arrives, reported once, and blocks only its own camera until that camera's next frame (so
-  the good frames that follow are paired with each other, whatever order the cameras come in);
+- pairing follows the rule of every tool (:mod:`heisd_ros.data.pairing`): a third-person
+  frame takes the wrist frame nearest to it in stamp, earlier or later, within
+  ``pair_tolerance_s``; a wrist frame may serve several third-person frames. Online the
+  gate chooses among the frames that have arrived: the newest unused third-person frame
+  with a wrist partner is taken, with the nearest partner held (a 30 Hz third-person camera
+  with a 10 Hz wrist camera gives two steps of three frames: the frame whose nearest wrist
+  frame is still to come waits, and the next frame is newer);
+- a third-person frame is acted on or refused once; while its wrist partner may still be on
+  its way the gate waits silently. It refuses "unpaired frames" once the wrist camera has
+  passed the frame (or the frame went stale) with no wrist frame within the tolerance;
+- a frame older than ``max_age_s`` ("stale frames") is never acted on; a wrist camera whose
+  newest frame is stale is reported once per frame, without using up the third-person frame;
+  a frame more than ``max_future_s`` ahead of the clock ("frame from the future") is refused
+  per camera as it arrives, reported once, and blocks only its own camera until that
+  camera's next frame (so the good frames that follow are paired with each other, whatever
+  order the cameras come in);
 - the newest message of a camera decides: a malformed one (wrong encoding, bad size) blocks
   the camera until a good frame arrives, instead of falling back to an older good frame;
 - with ``require_same_size`` both cameras must deliver the same image size ("mismatched
@@ -28,7 +37,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from heisd_ros.data.pairing import DEFAULT_PAIR_TOLERANCE_S, nearest
+
 CAMERAS = ("third_person", "wrist")
+#: Good frames held per camera for pairing (about 1 s of a 30 Hz camera).
+HISTORY = 32
 
 
 @dataclass(frozen=True)
@@ -43,7 +56,7 @@ class InputGateConfig:
         require_same_size: both cameras must have the same width and height.
     """
 
-    pair_tolerance_s: float = 0.05
+    pair_tolerance_s: float = DEFAULT_PAIR_TOLERANCE_S
     max_age_s: float = 0.3
     max_future_s: float = 0.05
     max_state_skew_s: float = 0.5
@@ -114,16 +127,18 @@ class GateResult:
 
 
 class InputGate:
-    """Holds the newest input per source and decides when a step may run (module docstring)."""
+    """Holds recent input per source and decides when a step may run (module docstring)."""
 
     def __init__(self, config: InputGateConfig | None = None, need_robot_state: bool = True):
         self.config = config or InputGateConfig()
         self.need_robot_state = need_robot_state
-        self._frames: dict[str, tuple[float, np.ndarray | None, str]] = {}
+        self._frames: dict[str, tuple[float, np.ndarray | None, str]] = {}  # newest message
+        self._history: dict[str, list[tuple[float, np.ndarray]]] = {c: [] for c in CAMERAS}
         self._robot: RobotInput | None = None
         self._robot_problem = "no robot state yet"
-        self._used_stamp = -math.inf
-        self._last_pair: list[float] | None = None  # stamps of the last taken/refused pair
+        self._done_stamp = -math.inf  # newest third-person frame taken or refused
+        self._stale_wrist: float | None = None  # the stale wrist frame reported
+        self._stale_third: float | None = None  # the late, stale third-person frame reported
         self._malformed: tuple[str, float] | None = None
         self._future: dict[str, float] = {}  # camera -> stamp of its refused future frame
 
@@ -132,7 +147,13 @@ class InputGate:
         """The newest message of ``camera``: an RGB frame, or None and why it is unusable."""
         if camera not in CAMERAS:
             raise ValueError(f"camera: expected one of {CAMERAS}, got {camera!r}")
-        self._frames[camera] = (float(stamp_s), rgb, problem)
+        stamp = float(stamp_s)
+        self._frames[camera] = (stamp, rgb, problem)
+        if rgb is not None:
+            history = [f for f in self._history[camera] if f[0] != stamp]
+            history.append((stamp, rgb))
+            history.sort(key=lambda f: f[0])
+            self._history[camera] = history[-HISTORY:]
 
     def add_robot(self, robot: RobotInput | None, problem: str = "") -> None:
         """The newest robot state, or None and why the message was unusable."""
@@ -154,47 +175,81 @@ class InputGate:
         """
         if since_s is None:
             self._frames.clear()
+            self._history = {c: [] for c in CAMERAS}
         else:
             self._frames = {c: f for c, f in self._frames.items() if f[0] >= since_s}
-        if since_s is None or since_s < self._used_stamp - 1.0:
-            self._used_stamp = -math.inf
-            self._last_pair = None
+            self._history = {c: [f for f in h if f[0] >= since_s]
+                             for c, h in self._history.items()}
+        if since_s is None or since_s < self._done_stamp - 1.0:
+            self._done_stamp = -math.inf
         self._future.clear()
         self._malformed = None
+        self._stale_wrist = self._stale_third = None
 
     def take(self, now_s: float) -> GateResult:
-        """A snapshot if both cameras have unused, valid, fresh, paired frames (see module)."""
+        """A snapshot if a fresh, unused third-person frame has a wrist partner (module doc)."""
         cfg = self.config
         if any(camera not in self._frames for camera in CAMERAS):
             return GateResult()
         frames = [self._frames[camera] for camera in CAMERAS]
-        stamps = [stamp for stamp, _rgb, _problem in frames]
-        future = self._refuse_future_frames(stamps, now_s)
+        future = self._refuse_future_frames([stamp for stamp, _, _ in frames], now_s)
         if future is not None:
             return future
-        last = self._last_pair
-        if last is not None and any(s == t for s, t in zip(stamps, last, strict=True)):
-            return GateResult()  # a camera has nothing new since the last taken/refused pair
         for camera, (stamp, rgb, problem) in zip(CAMERAS, frames, strict=True):
             if rgb is None:  # blocks the camera; reported once per message
                 if (camera, stamp) == self._malformed:
                     return GateResult()
                 self._malformed = (camera, stamp)
                 return self._refuse(f"malformed {camera} image: {problem}")
-        newest, oldest = max(stamps), min(stamps)
-        if now_s - newest > cfg.max_age_s:
-            return self._refuse(f"stale frames: {now_s - newest:.3f} s old (max_age_s "
-                                       f"{cfg.max_age_s} s)")
-        if oldest <= self._used_stamp:
-            return GateResult()  # one camera has nothing new yet
-        if newest - oldest > cfg.pair_tolerance_s:
-            return self._refuse(f"unpaired frames: third_person and wrist stamps differ "
-                                       f"by {newest - oldest:.3f} s (pair_tolerance_s "
-                                       f"{cfg.pair_tolerance_s} s)")
-        if now_s - oldest > cfg.max_age_s:
-            return self._refuse(f"stale frames: {now_s - oldest:.3f} s old (max_age_s "
-                                       f"{cfg.max_age_s} s)")
-        (_, third, _), (_, wrist, _) = frames
+        newest = frames[0][0]  # a third-person frame older than the last one used
+        if newest < self._done_stamp and now_s - newest > cfg.max_age_s \
+                and self._stale_third != newest:
+            self._stale_third = newest  # reported once
+            return GateResult(problem=f"stale frames: {now_s - newest:.3f} s old (max_age_s "
+                                      f"{cfg.max_age_s} s)")
+        ahead = now_s + cfg.max_future_s
+        wrists = [f for f in self._history["wrist"] if f[0] <= ahead]
+        wrist_stamps = [stamp for stamp, _ in wrists]
+        unused = [f for f in self._history["third_person"] if self._done_stamp < f[0] <= ahead]
+        for stamp, third in reversed(unused):  # the newest frame with a partner
+            if now_s - stamp > cfg.max_age_s:
+                break
+            j = nearest(wrist_stamps, stamp, cfg.pair_tolerance_s)
+            if j is not None and now_s - wrists[j][0] <= cfg.max_age_s:
+                return self._check(stamp, third, *wrists[j])
+        if not unused:
+            return GateResult()  # nothing new from the third-person camera
+        return self._no_partner(unused[-1][0], wrist_stamps, now_s)
+
+    def _no_partner(self, stamp: float, wrist_stamps: list[float], now_s: float) -> GateResult:
+        """The newest unused third-person frame has no wrist partner: wait, or say why."""
+        cfg = self.config
+        gap = min((abs(w - stamp) for w in wrist_stamps), default=math.inf)
+        passed = bool(wrist_stamps) and wrist_stamps[-1] > stamp + cfg.pair_tolerance_s
+        if passed or now_s - stamp > cfg.max_age_s:
+            self._done_stamp = stamp  # no wrist frame will come for it: refused once
+            if math.isfinite(gap) and gap > cfg.pair_tolerance_s:
+                return GateResult(problem=f"unpaired frames: no wrist frame within "
+                                          f"{cfg.pair_tolerance_s} s of the third_person frame "
+                                          f"(nearest {gap:.3f} s away; pair_tolerance_s)")
+            return GateResult(problem=f"stale frames: {now_s - stamp:.3f} s old (max_age_s "
+                                      f"{cfg.max_age_s} s)")
+        newest_wrist = wrist_stamps[-1] if wrist_stamps else None
+        if newest_wrist is not None and now_s - newest_wrist > cfg.max_age_s:
+            if self._stale_wrist == newest_wrist:
+                return GateResult()
+            self._stale_wrist = newest_wrist  # reported once; the frame waits for a partner
+            return GateResult(problem=f"stale frames: the newest wrist frame is "
+                                      f"{now_s - newest_wrist:.3f} s old (max_age_s "
+                                      f"{cfg.max_age_s} s)")
+        return GateResult()  # its wrist partner may still be on its way
+
+    def _check(self, stamp: float, third: np.ndarray, wrist_stamp: float,
+               wrist: np.ndarray) -> GateResult:
+        """The checks of a pair beyond its stamps; the third-person frame is used either way."""
+        cfg = self.config
+        self._done_stamp = stamp
+        newest = max(stamp, wrist_stamp)
         if cfg.require_same_size and third.shape != wrist.shape:
             return self._refuse(f"mismatched image sizes: third_person {third.shape[1]}x"
                                 f"{third.shape[0]}, wrist {wrist.shape[1]}x{wrist.shape[0]}")
@@ -206,8 +261,7 @@ class InputGate:
             if abs(robot.stamp_s - newest) > cfg.max_state_skew_s:
                 skew = abs(robot.stamp_s - newest)
                 return self._refuse(f"stale robot state: {skew:.3f} s from the frames "
-                                           f"(max_state_skew_s {cfg.max_state_skew_s} s)")
-        self._used_stamp, self._last_pair = newest, stamps
+                                    f"(max_state_skew_s {cfg.max_state_skew_s} s)")
         return GateResult(Snapshot(newest, third, wrist, robot))
 
     def _refuse_future_frames(self, stamps: list[float], now_s: float) -> GateResult | None:
@@ -228,9 +282,9 @@ class InputGate:
                                   f"{lead_s:.3f} s ahead of this node's clock "
                                   f"(max_future_s {ahead_s} s)")
 
-    def _refuse(self, problem: str) -> GateResult:
-        # The refused pair is reported once: the next pair needs a new frame from each
-        # camera. It does not move the time mark of used frames, so a frame from a wrong
-        # clock (far in the future) cannot block the good frames that follow it.
-        self._last_pair = [self._frames[camera][0] for camera in CAMERAS]
+    @staticmethod
+    def _refuse(problem: str) -> GateResult:
+        # The refused third-person frame is used up (reported once); the time mark never
+        # moves for a frame from the future, so a wrong clock cannot block the good frames
+        # that follow it.
         return GateResult(problem=problem)
