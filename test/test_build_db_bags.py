@@ -116,10 +116,14 @@ def test_db_from_a_bag_with_png_compressed_cameras_matches_npz(recorded, tiny_ta
     topics = ["--topic-primary", "/camera/third_person/image_raw/compressed",
               "--topic-wrist", "/camera/wrist/image_raw/compressed"]
     assert build(tmp_path / "png", tmp_path / "db_png", tiny_target_path, *topics) == 0
-    want, got = all_points(tmp_path / "db_npz"), all_points(tmp_path / "db_png")
-    assert sorted(got) == sorted(want)
-    for i, (payload, score) in want.items():
-        assert got[i][0] == payload and got[i][1] == pytest.approx(score, abs=1e-5), i
+    # without the options: the default camera topics are not there, their /compressed are
+    assert build(tmp_path / "png", tmp_path / "db_auto", tiny_target_path) == 0
+    want = all_points(tmp_path / "db_npz")
+    for db in ("db_png", "db_auto"):
+        got = all_points(tmp_path / db)
+        assert sorted(got) == sorted(want)
+        for i, (payload, score) in want.items():
+            assert got[i][0] == payload and got[i][1] == pytest.approx(score, abs=1e-5), i
 
 
 # ------------------------------------------------------------------ a live-system-like bag
@@ -128,11 +132,13 @@ LIVE = EpisodeTopics(primary="/cam_high/image_raw", wrist="/cam_wrist/image_raw"
                      ee_command="/heisd/ee_command")
 
 
-def _live_bag(path, *, with_command: bool = True) -> dict:
+def _live_bag(path, *, with_command: bool = True, resize_from: int | None = None,
+              gripper_name: str = "gripper", nan_pose: range = range(0)) -> dict:
     """Cameras at 30 Hz (wrist 3 ms late), state at 100 Hz, commands at 10 Hz, no custom data.
 
     Each command carries the stamp of the primary frame it was decided on; one extra command
-    carries a stamp no frame has (dropped).
+    carries a stamp no frame has (dropped). ``resize_from``: the primary camera's frames from
+    this one on are 4 px wider; ``gripper_name``: the JointState name of the gripper.
     """
     ts = make_typestore()
     types = ts.types
@@ -140,6 +146,8 @@ def _live_bag(path, *, with_command: bool = True) -> dict:
     t0 = 1_700_000_000_000_000_000
     frames = {k: t0 + k * 33_333_333 for k in range(30)}
     images = {k: rng.integers(0, 256, (12, 16, 3), dtype=np.uint8) for k in frames}
+    wide = {k: rng.integers(0, 256, (12, 20, 3), dtype=np.uint8) for k in frames
+            if resize_from is not None and k >= resize_from}
     decided = [0, 3, 6, 9, 12]
     actions = {k: np.r_[rng.normal(0, 0.01, 6), float(k >= 6)] for k in decided}
 
@@ -156,18 +164,19 @@ def _live_bag(path, *, with_command: bool = True) -> dict:
 
     msgs = []
     for k, ns in frames.items():
-        msgs.append((LIVE.primary, ns + 2_000_000, image(ns, images[k])))
+        msgs.append((LIVE.primary, ns + 2_000_000, image(ns, wide.get(k, images[k]))))
         msgs.append((LIVE.wrist, ns + 5_000_000, image(ns + 3_000_000,
                                                        images[k][..., ::-1].copy(), "bgr8")))
     for j in range(100):
         ns = t0 + j * 10_000_000
         msgs.append((LIVE.joint_states, ns, types["sensor_msgs/msg/JointState"](
-            header=header(ns), name=["gripper", *[f"joint{i}" for i in range(1, 7)]],
+            header=header(ns), name=[gripper_name, *[f"joint{i}" for i in range(1, 7)]],
             position=np.r_[0.05, np.arange(6) + j], velocity=np.zeros(0),
             effort=np.zeros(0))))
         msgs.append((LIVE.ee_pose, ns, types["geometry_msgs/msg/PoseStamped"](
             header=header(ns), pose=types["geometry_msgs/msg/Pose"](
-                position=types["geometry_msgs/msg/Point"](x=j * 1e-3, y=0.0, z=0.2),
+                position=types["geometry_msgs/msg/Point"](
+                    x=np.nan if j in nan_pose else j * 1e-3, y=0.0, z=0.2),
                 orientation=types["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0,
                                                                   w=1.0)))))
     vec3 = types["geometry_msgs/msg/Vector3"]
@@ -194,6 +203,7 @@ def test_live_bag_pairs_by_stamp(tmp_path):
     decided = truth["decided"]
     assert (ep.task, ep.instruction, ep.suite) == ("stack", "stack", "default")
     assert ep.num_steps == len(decided) and ep.metadata["dropped_commands"] == 1
+    assert ep.metadata["dropped_reasons"] == {"no /cam_high/image_raw frame within 0.05 s": 1}
     for t, k in enumerate(decided):
         np.testing.assert_array_equal(ep.image_third_person[t], truth["images"][k])
         np.testing.assert_array_equal(ep.image_wrist[t], truth["images"][k])  # bgr8 -> rgb
@@ -227,3 +237,86 @@ def test_errors_name_what_was_found_and_the_remaps(tmp_path, tiny_target_path, c
     assert "/heisd/ee_command" in err_text and "--topic-ee-command" in err_text
     assert build(tmp_path / "nothing_here", tmp_path / "db2", tiny_target_path) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+LIVE_OPTIONS = ("--bag-task", "stack", "--topic-primary", LIVE.primary, "--topic-wrist",
+                LIVE.wrist, "--topic-joint-states", LIVE.joint_states, "--topic-ee-pose",
+                LIVE.ee_pose)
+
+
+def test_a_resolution_change_mid_bag_names_the_topic_and_the_step(tmp_path):
+    _live_bag(tmp_path / "live", resize_from=6)  # the commands were decided on frames 0, 3, 6
+    with pytest.raises(BagEpisodeError, match=r"/cam_high/image_raw changes resolution mid-bag: "
+                                              r"16x12 up to step 1, 20x12 at step 2"):
+        load_bag_episode(tmp_path / "live", LIVE, EpisodeDefaults(task="stack"))
+
+
+def test_a_joint_state_without_the_gripper_joint_names_the_option(tmp_path):
+    _live_bag(tmp_path / "live", gripper_name="joint7")
+    with pytest.raises(BagEpisodeError, match=r"/piper/joint_states: no joint named 'gripper'.*"
+                                              r"--gripper-joint"):
+        load_bag_episode(tmp_path / "live", LIVE, EpisodeDefaults(task="stack"))
+    episode = load_bag_episode(tmp_path / "live", LIVE, EpisodeDefaults(task="stack"),
+                               gripper_joint="joint7")
+    assert episode.gripper_width_m[0] == pytest.approx(0.05)
+
+
+def test_bags_that_cannot_be_read_are_skipped_and_listed(tmp_path, tiny_target_path, capsys):
+    _live_bag(tmp_path / "bags" / "a_good")
+    _live_bag(tmp_path / "bags" / "b_resized", resize_from=6)
+    _live_bag(tmp_path / "bags" / "c_no_gripper", gripper_name="joint7")
+    assert build(tmp_path / "bags", tmp_path / "db", tiny_target_path, *LIVE_OPTIONS) == 0
+    err = capsys.readouterr().err
+    assert "heisd-build-db: 2 bags skipped:" in err
+    assert "b_resized: " in err and "changes resolution mid-bag" in err
+    assert "c_no_gripper: " in err and "no joint named 'gripper'" in err
+    assert len(all_points_of(tmp_path / "db", "stack")) == 5  # the good bag's 5 steps
+    code = build(tmp_path / "bags", tmp_path / "db_stop", tiny_target_path, *LIVE_OPTIONS,
+                 "--stop-on-bad-bag")
+    assert code == 2 and "changes resolution mid-bag" in capsys.readouterr().err
+
+
+def all_points_of(db, task):
+    store = open_store(StoreConfig(path=str(db), exact_search=True))
+    try:
+        return store.search(task, np.zeros(store.dimension) + 1.0, k=store.count(task))
+    finally:
+        store.close()
+
+
+def test_a_folder_without_bags_says_what_it_holds(tmp_path, tiny_target_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert build(tmp_path / "empty", tmp_path / "db", tiny_target_path) == 2
+    err = capsys.readouterr().err
+    assert "no npz episodes" in err and "not a rosbag2 directory" in err
+    assert "reindex" not in err
+    (tmp_path / "unindexed").mkdir()
+    (tmp_path / "unindexed" / "rosbag2_0.mcap").write_bytes(b"\x89MCAP0\r\n")
+    assert build(tmp_path / "unindexed", tmp_path / "db", tiny_target_path) == 2
+    assert "ros2 bag reindex" in capsys.readouterr().err
+
+
+def test_a_step_with_a_non_finite_pose_is_left_out_and_counted(tmp_path):
+    _live_bag(tmp_path / "live", nan_pose=range(8, 12))  # around frame 3 (100 ms)
+    episode = load_bag_episode(tmp_path / "live", LIVE, EpisodeDefaults(task="stack"))
+    assert episode.num_steps == 4 and np.isfinite(episode.ee_position_m).all()
+    assert episode.metadata["dropped_reasons"] == {
+        "no /cam_high/image_raw frame within 0.05 s": 1,
+        "non-finite values on /piper/ee_pose": 1}
+
+
+def test_metadata_that_does_not_match_the_storage_names_reindex(tmp_path):
+    import yaml
+
+    _live_bag(tmp_path / "live")
+    meta_file = tmp_path / "live" / "metadata.yaml"
+    meta = yaml.safe_load(meta_file.read_text())
+    for entry in meta["rosbag2_bagfile_information"]["topics_with_message_count"]:
+        if entry["topic_metadata"]["name"] == LIVE.primary:
+            entry["topic_metadata"]["name"] = "/cam_renamed"
+    meta_file.write_text(yaml.safe_dump(meta))
+    topics = EpisodeTopics("/cam_renamed", LIVE.wrist, LIVE.joint_states, LIVE.ee_pose,
+                           LIVE.ee_command)
+    with pytest.raises(BagEpisodeError, match=r"metadata.yaml does not match the storage file "
+                                              r"\(it lists 30 messages on /cam_renamed.*reindex"):
+        load_bag_episode(tmp_path / "live", topics, EpisodeDefaults(task="stack"))

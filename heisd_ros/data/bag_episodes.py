@@ -20,6 +20,7 @@ What a bag does not carry is filled in: ``ee_rpy_rad`` from the pose quaternion,
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,12 +32,15 @@ from heisd_ros.data.bag_topics import (
     ROLES,
     BagTopics,
     bag_information,
+    check_bag_dir,
     found_and_needed,
+    joint_values,
     missing_topic,
     remap_hint,
 )
-from heisd_ros.data.episode import JOINT_STATE_NAMES, EpisodeRecord
-from heisd_ros.data.rosbag_io import image_from_msg, make_typestore
+from heisd_ros.data.episode import EpisodeRecord
+from heisd_ros.data.pairing import nearest
+from heisd_ros.data.rosbag_io import READ_ERRORS, image_from_msg, make_typestore
 
 #: The roles an episode reads (all of :data:`~heisd_ros.data.bag_topics.ROLES`); of these,
 #: only ``joint_states`` may be disabled with ''.
@@ -81,7 +85,10 @@ def find_bags(root: str | Path) -> list[Path]:
         raise BagEpisodeError(f"{root}: not a directory")
     if is_bag(root):
         return [root]
-    return sorted(p.parent for p in root.rglob(METADATA_FILE))
+    bags = sorted(p.parent for p in root.rglob(METADATA_FILE))
+    if not bags:
+        check_bag_dir(root, BagEpisodeError)  # says what the folder holds instead
+    return bags
 
 
 def bag_custom_data(path: str | Path) -> dict[str, str]:
@@ -131,36 +138,14 @@ def _stamp_ns(msg, log_ns: int) -> int:
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec) or int(log_ns)
 
 
-def _nearest(stamps: np.ndarray, at: int, max_skew_ns: int) -> int | None:
-    """Index of the stamp nearest to ``at`` (sorted ``stamps``), or None beyond the skew."""
-    if len(stamps) == 0:
-        return None
-    i = int(np.searchsorted(stamps, at))
-    best = min((j for j in (i - 1, i) if 0 <= j < len(stamps)),
-               key=lambda j: abs(int(stamps[j]) - at))
-    return best if abs(int(stamps[best]) - at) <= max_skew_ns else None
-
-
 def _rpy_from_quat(quat_xyzw: np.ndarray) -> np.ndarray:
     from heisd_ros.sim.rotations import matrix_to_rpy, quat_xyzw_to_matrix  # numpy only
 
     return matrix_to_rpy(quat_xyzw_to_matrix(quat_xyzw))
 
 
-def _joints(msg) -> tuple[np.ndarray, float]:
-    names, pos = list(msg.name), np.asarray(msg.position, dtype=np.float64)
-    arm = JOINT_STATE_NAMES[:6]
-    if all(n in names for n in arm):
-        joints = np.array([pos[names.index(n)] for n in arm])
-    elif len(pos) >= 6:
-        joints = pos[:6]
-    else:
-        raise BagEpisodeError(f"joint states: expected 6 arm joints, got names {names}")
-    gripper = float(pos[names.index("gripper")]) if "gripper" in names else 0.0
-    return joints, gripper
-
-
-def _read_first_pass(reader, roles: dict[str, str], ts) -> dict[str, list]:
+def _read_first_pass(reader, roles: dict[str, str], ts, gripper_joint: str = "gripper"
+                     ) -> dict[str, list]:
     """Per role [(header stamp ns, item)] by stamp; camera items are None (stamps only)."""
     out: dict[str, list] = {role: [] for role in roles.values()}
     conns = [c for c in reader.connections if c.topic in roles]
@@ -180,29 +165,55 @@ def _read_first_pass(reader, roles: dict[str, str], ts) -> dict[str, list]:
             p, q = msg.pose.position, msg.pose.orientation
             item = (np.array([p.x, p.y, p.z]), np.array([q.x, q.y, q.z, q.w]))
         else:
-            item = _joints(msg)
+            try:
+                item = joint_values(msg.name, msg.position, gripper_joint, conn.topic)
+            except ValueError as err:
+                raise BagEpisodeError(str(err)) from err
         out[role].append((_stamp_ns(msg, log_ns), item))
     for items in out.values():
         items.sort(key=lambda x: x[0])   # stable: equal stamps keep log order
     return out
 
 
-def _pair(data: dict[str, list], skew_ns: int) -> tuple[list[dict[str, int]], int]:
-    """Per usable command: indices (into ``data``) of it and its frames, state and pose."""
+def _finite(item) -> bool:
+    return all(np.all(np.isfinite(np.asarray(v, dtype=np.float64))) for v in item)
+
+
+def _pair(data: dict[str, list], skew_ns: int,
+          topics: dict[str, str] | None = None) -> tuple[list[dict[str, int]], Counter]:
+    """Per usable command: indices (into ``data``) of it and its frames, state and pose.
+
+    The second value counts the dropped commands by reason (the pairing rule of
+    :mod:`heisd_ros.data.pairing`; a state with NaN or inf is no demonstration either).
+    """
+    topics = topics or {}
     stamps = {role: np.array([s for s, _ in items], dtype=np.int64)
               for role, items in data.items()}
-    steps, used, dropped = [], set(), 0
-    for index, (stamp, _) in enumerate(data["ee_command"]):
-        primary = _nearest(stamps["primary"], stamp, skew_ns)
-        if primary is None or primary in used:
-            dropped += 1
+    steps, used, dropped = [], set(), Counter()
+    skew_s = skew_ns * 1e-9
+    for index, (stamp, action) in enumerate(data["ee_command"]):
+        primary = nearest(stamps["primary"], stamp, skew_ns)
+        if primary is None:
+            dropped[f"no {topics.get('primary', 'primary')} frame within {skew_s:g} s"] += 1
+            continue
+        if primary in used:
+            dropped["a second command on one frame"] += 1
+            continue
+        if not _finite([action]):
+            dropped[f"non-finite values on {topics.get('ee_command', 'ee_command')}"] += 1
             continue
         at = int(stamps["primary"][primary])
-        step = {"command": index, "primary": primary}
+        step, reason = {"command": index, "primary": primary}, ""
         for role in ("wrist", "ee_pose", "joint_states"):
-            step[role] = _nearest(stamps[role], at, skew_ns) if role in stamps else -1
-        if None in step.values():
-            dropped += 1
+            step[role] = nearest(stamps[role], at, skew_ns) if role in stamps else -1
+            if step[role] is None:
+                reason = f"no {topics.get(role, role)} message within {skew_s:g} s"
+            elif role != "wrist" and step[role] >= 0 and not _finite(data[role][step[role]][1]):
+                reason = f"non-finite values on {topics.get(role, role)}"
+            if reason:
+                break
+        if reason:
+            dropped[reason] += 1
             continue
         used.add(primary)
         steps.append(step)
@@ -231,14 +242,20 @@ def _read_images(reader, roles: dict[str, str], ts,
 
 def load_bag_episode(path: str | Path, topics: EpisodeTopics = EpisodeTopics(),
                      defaults: EpisodeDefaults = EpisodeDefaults(),
-                     max_skew_s: float = 0.05) -> EpisodeRecord:
-    """Read one bag into an :class:`EpisodeRecord` (see the module docstring)."""
-    from rosbags.rosbag2 import Reader, ReaderError
+                     max_skew_s: float = 0.05, gripper_joint: str = "gripper") -> EpisodeRecord:
+    """Read one bag into an :class:`EpisodeRecord` (see the module docstring).
+
+    ``gripper_joint`` is the JointState name of the gripper width (piper_ros: joint7).
+
+    Raises:
+        BagEpisodeError: naming the cause and the fix (not a bag, metadata this reader
+            cannot read, missing topics, a JointState without the gripper joint, images
+            the policy refuses or whose size changes mid-bag, a truncated storage file).
+    """
+    from rosbags.rosbag2 import Reader
 
     path = Path(path)
-    if not is_bag(path):
-        raise BagEpisodeError(f"{path}: not a rosbag2 directory (no {METADATA_FILE}); pass the "
-                              f"directory `ros2 bag record` or heisd-record wrote")
+    check_bag_dir(path, BagEpisodeError)
     identity = bag_identity(path, defaults)
     roles = {topic: role for role, topic in topics.active(EPISODE_ROLES).items()}
     ts = make_typestore()
@@ -246,25 +263,35 @@ def load_bag_episode(path: str | Path, topics: EpisodeTopics = EpisodeTopics(),
         with Reader(path) as reader:
             check_topics(path, {c.topic: (c.msgtype, c.msgcount) for c in reader.connections},
                          topics)
-            data = _read_first_pass(reader, roles, ts)
-            steps, dropped = _pair(data, int(round(max_skew_s * 1e9)))
-            if not steps:
+            listed = {c.topic: c.msgcount for c in reader.connections}
+            data = _read_first_pass(reader, roles, ts, gripper_joint)
+            unread = {t: n for t, n in listed.items()
+                      if t in roles and n and not data[roles[t]]}
+            if unread:
                 raise BagEpisodeError(
-                    f"{path}: no EE command on {topics.ee_command} could be paired with a "
-                    f"{topics.primary} frame within {max_skew_s} s (a command carries the "
-                    f"stamp of the observation it was decided on); check the topics or raise "
-                    f"--max-skew-s")
+                    f"{path}: metadata.yaml does not match the storage file (it lists "
+                    + ", ".join(f"{n} messages on {t}" for t, n in unread.items())
+                    + f", the storage holds none); `ros2 bag reindex {path}` rebuilds it")
+            steps, dropped = _pair(data, int(round(max_skew_s * 1e9)),
+                                   {role: topic for topic, role in roles.items()})
+            if not steps:
+                why = "; ".join(f"{n} {reason}" for reason, n in dropped.most_common())
+                raise BagEpisodeError(
+                    f"{path}: none of the {len(data['ee_command'])} EE commands on "
+                    f"{topics.ee_command} could be paired ({why}); a command carries the "
+                    f"stamp of the observation it was decided on: check the topics' stamps, "
+                    f"or raise --max-skew-s")
             wanted = {role: {data[role][s[role]][0] for s in steps}
                       for role in ("primary", "wrist")}
             images = _read_images(reader, roles, ts, wanted)
-    except (ReaderError, OSError) as err:
+    except READ_ERRORS as err:  # the metadata passed check_bag_dir: the storage is at fault
         raise BagEpisodeError(f"{path}: the bag cannot be read ({type(err).__name__}: {err}); "
                               f"the storage file is probably truncated or corrupt") from err
     return _record(path, identity, topics, data, images, steps, dropped)
 
 
 def _record(path: Path, identity: dict, topics: EpisodeTopics, data: dict, images: dict,
-            steps: list[dict[str, int]], dropped: int) -> EpisodeRecord:
+            steps: list[dict[str, int]], dropped: Counter) -> EpisodeRecord:
     n = len(steps)
     frame = {role: [data[role][s[role]][0] for s in steps] for role in ("primary", "wrist")}
     stamps_s = np.array(frame["primary"], dtype=np.float64) * 1e-9
@@ -277,6 +304,8 @@ def _record(path: Path, identity: dict, topics: EpisodeTopics, data: dict, image
     step_success = np.zeros(n, bool)
     step_success[-1] = identity["success"]
     rate = float(1.0 / np.median(np.diff(stamps_s))) if n > 1 else 0.0
+    for role, topic in (("primary", topics.primary), ("wrist", topics.wrist)):
+        _same_size(path, topic, [images[role][st] for st in frame[role]])
     return EpisodeRecord(
         suite=identity["suite"], task=identity["task"], instruction=identity["instruction"],
         seed=identity["seed"], success=identity["success"], control_rate_hz=rate,
@@ -289,18 +318,42 @@ def _record(path: Path, identity: dict, topics: EpisodeTopics, data: dict, image
         action=np.array([data["ee_command"][s["command"]][1] for s in steps], dtype=np.float32),
         stamp_s=stamps_s, step_success=step_success,
         metadata={"source": "rosbag2", "bag": str(path), "topics": topics.active(EPISODE_ROLES),
-                  "dropped_commands": dropped})
+                  "dropped_commands": sum(dropped.values()),
+                  "dropped_reasons": dict(dropped)})
+
+
+def _same_size(path: Path, topic: str, frames: list[np.ndarray]) -> None:
+    """Raise :class:`BagEpisodeError` naming the first step where a camera's size changes."""
+    sizes = [f.shape[:2] for f in frames]
+    for t, size in enumerate(sizes):
+        if size != sizes[0]:
+            (h0, w0), (h, w) = sizes[0], size
+            raise BagEpisodeError(
+                f"{path}: {topic} changes resolution mid-bag: {w0}x{h0} up to step {t - 1}, "
+                f"{w}x{h} at step {t}; an episode needs one camera resolution (record again "
+                f"with a fixed camera mode, or split the bag with `ros2 bag convert`)")
 
 
 def iter_bag_paths(root: str | Path, suites: Iterable[str] | None = None,
                    tasks: Iterable[str] | None = None,
-                   defaults: EpisodeDefaults = EpisodeDefaults()) -> list[Path]:
-    """Bags under ``root`` (or ``root`` itself), optionally only of some suites / tasks."""
+                   defaults: EpisodeDefaults = EpisodeDefaults(),
+                   skipped: list[tuple[Path, str]] | None = None) -> list[Path]:
+    """Bags under ``root`` (or ``root`` itself), optionally only of some suites / tasks.
+
+    A bag whose identity cannot be read raises, or with ``skipped`` is left out and
+    appended there as (path, reason).
+    """
     wanted_suites, wanted_tasks = set(suites or ()), set(tasks or ())
     out = []
     for path in find_bags(root):
         if wanted_suites or wanted_tasks:
-            identity = bag_identity(path, defaults)
+            try:
+                identity = bag_identity(path, defaults)
+            except BagEpisodeError as err:
+                if skipped is None:
+                    raise
+                skipped.append((path, str(err)))
+                continue
             if wanted_suites and identity["suite"] not in wanted_suites:
                 continue
             if wanted_tasks and identity["task"] not in wanted_tasks:
@@ -311,10 +364,10 @@ def iter_bag_paths(root: str | Path, suites: Iterable[str] | None = None,
 
 def load_any_episode(path: str | Path, topics: EpisodeTopics = EpisodeTopics(),
                      defaults: EpisodeDefaults = EpisodeDefaults(),
-                     max_skew_s: float = 0.05) -> EpisodeRecord:
+                     max_skew_s: float = 0.05, gripper_joint: str = "gripper") -> EpisodeRecord:
     """An npz episode file or a rosbag2 directory (e.g. the held-out list of offline stats)."""
     if Path(path).is_dir():
-        return load_bag_episode(path, topics, defaults, max_skew_s)
+        return load_bag_episode(path, topics, defaults, max_skew_s, gripper_joint)
     from heisd_ros.data.npz_episodes import load_episode
 
     return load_episode(path)

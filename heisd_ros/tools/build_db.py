@@ -81,9 +81,14 @@ def _add_bag_arguments(p: argparse.ArgumentParser) -> None:
     from heisd_ros.data.bag_topics import add_topic_arguments
 
     bag = p.add_argument_group("rosbag2 demonstrations")
-    add_topic_arguments(bag, EPISODE_ROLES, optional=EPISODE_OPTIONAL)
+    add_topic_arguments(bag, EPISODE_ROLES, optional=EPISODE_OPTIONAL, find_compressed=True)
     bag.add_argument("--max-skew-s", type=float, default=0.05,
                      help="largest header-stamp difference of paired messages, s")
+    bag.add_argument("--gripper-joint", default="gripper",
+                     help="JointState name of the gripper width (piper_ros: joint7)")
+    bag.add_argument("--stop-on-bad-bag", action="store_true",
+                     help="stop at the first bag that cannot be read (default: skip it, say "
+                          "why, and list every skipped bag at the end)")
     bag.add_argument("--bag-task", default=None, help="task of bags without heisd.task "
                      "custom data (overrides it when given)")
     bag.add_argument("--bag-suite", default=None, help="suite of such bags (default 'default')")
@@ -94,6 +99,8 @@ def _add_bag_arguments(p: argparse.ArgumentParser) -> None:
 def _demo_source(args) -> tuple[list[Path], object, object]:
     """(episode paths, load(path) -> EpisodeRecord, task(path) -> str) of --demos."""
     from heisd_ros.data import bag_episodes, npz_episodes
+    from heisd_ros.data.bag_topics import resolve_cameras, topic_options
+    from heisd_ros.data.rosbag_io import metadata_topics
 
     root = Path(args.demos)
     fmt = args.demos_format
@@ -104,16 +111,32 @@ def _demo_source(args) -> tuple[list[Path], object, object]:
     if fmt == "npz":
         paths = npz_episodes.iter_episode_paths(root, args.suites, args.tasks)
         return paths, npz_episodes.load_episode, lambda path: path.parent.name
-    topics = bag_episodes.EpisodeTopics.from_args(args, bag_episodes.EPISODE_ROLES)
+    options = topic_options(args, bag_episodes.EPISODE_ROLES)
     defaults = bag_episodes.EpisodeDefaults(args.bag_suite, args.bag_task, args.bag_instruction)
     if not root.exists():
         raise ValueError(f"--demos: {root} does not exist")
-    paths = bag_episodes.iter_bag_paths(root, args.suites, args.tasks, defaults)
+    skipped = None if args.stop_on_bad_bag else args.skipped_bags
+    try:
+        paths = bag_episodes.iter_bag_paths(root, args.suites, args.tasks, defaults, skipped)
+    except bag_episodes.BagEpisodeError as err:
+        if args.demos_format != "auto":
+            raise
+        raise ValueError(f"--demos: no npz episodes (<suite>/<task>/episode_*.npz) and no "
+                         f"rosbag2 directory: {err}") from err
 
     def load(path):
-        return bag_episodes.load_bag_episode(path, topics, defaults, args.max_skew_s)
+        # an unset camera: its default topic, or the /compressed one when only that is there
+        topics = bag_episodes.EpisodeTopics(**resolve_cameras(options, metadata_topics(path)))
+        return bag_episodes.load_bag_episode(path, topics, defaults, args.max_skew_s,
+                                             args.gripper_joint)
 
-    return paths, load, lambda path: bag_episodes.bag_identity(path, defaults)["task"]
+    def task_of(path):
+        try:
+            return bag_episodes.bag_identity(path, defaults)["task"]
+        except bag_episodes.BagEpisodeError:
+            return ""  # its load says why, when it is loaded
+
+    return paths, load, task_of
 
 
 def _bag_options(args) -> dict:
@@ -121,7 +144,7 @@ def _bag_options(args) -> dict:
     from heisd_ros.data.bag_episodes import EPISODE_ROLES
     from heisd_ros.data.bag_topics import topic_options
 
-    return {"topics": topic_options(args, EPISODE_ROLES),
+    return {"topics": topic_options(args, EPISODE_ROLES), "gripper_joint": args.gripper_joint,
             "max_skew_s": args.max_skew_s, "suite": args.bag_suite, "task": args.bag_task,
             "instruction": args.bag_instruction}
 
@@ -155,6 +178,37 @@ def _router_stats(records, window: int, stats_dir: Path) -> dict:
     return out
 
 
+def _dropped(records) -> dict[str, int]:
+    """The bag commands left out of the DB, by reason (over every episode read from a bag)."""
+    total: dict[str, int] = {}
+    for record in records:
+        for reason, n in (record.metadata or {}).get("dropped_reasons", {}).items():
+            total[reason] = total.get(reason, 0) + n
+    return total
+
+
+def _load_episodes(paths: list[Path], load_episode, args) -> list:
+    """[(index, EpisodeRecord)] of ``paths``; bags that cannot be read are skipped, said why.
+
+    With ``--stop-on-bad-bag`` the first such bag stops the build instead.
+    """
+    from heisd_ros.data.bag_episodes import BagEpisodeError
+
+    episodes = []
+    for i, path in enumerate(paths):
+        try:
+            episodes.append((i, load_episode(path)))
+        except BagEpisodeError as err:
+            if args.stop_on_bad_bag:
+                raise
+            args.skipped_bags.append((path, str(err)))
+            print(f"heisd-build-db: skipping a bag: {err}", file=sys.stderr)
+    if not episodes:
+        reasons = "\n".join(f"  {p}: {r.splitlines()[0]}" for p, r in args.skipped_bags)
+        raise ValueError(f"--demos: none of the {len(paths)} bags could be read:\n{reasons}")
+    return episodes
+
+
 def build(args) -> dict:
     """Build the DB and the offline statistics; returns the summary (raises on bad input)."""
     from tqdm import tqdm
@@ -170,6 +224,7 @@ def build(args) -> dict:
     from heisd_ros.tools._common import load_target_from_args
 
     config = _store_config(args)
+    args.skipped_bags = []  # (path, reason) of bags left out, filled as they are read
     paths, load_episode, task_of = _demo_source(args)
     if args.max_episodes:
         paths = paths[:args.max_episodes]
@@ -180,7 +235,7 @@ def build(args) -> dict:
     if not db_paths:
         raise ValueError("--hold-out-every: every episode would be held out")
     target, description = load_target_from_args(args)
-    episodes = [(i, load_episode(p)) for i, p in enumerate(db_paths)]
+    episodes = _load_episodes(db_paths, load_episode, args)
     dimension = int(embed_observation(target, episodes[0][1].observation(0)).shape[0])
     fingerprint = model_fingerprint(target)
     store = open_store(config, create=True, dimension=dimension, model_fingerprint=fingerprint)
@@ -200,6 +255,8 @@ def build(args) -> dict:
               "held_out_episodes": [str(p) for p in held_out],
               "demos_format": "bag" if db_paths[0].is_dir() else "npz",
               "bag_options": _bag_options(args) if db_paths[0].is_dir() else None,
+              "skipped_bags": [{"bag": str(p), "reason": r} for p, r in args.skipped_bags],
+              "dropped_commands": _dropped([r for _, r in episodes]),
               "router_window": args.router_window,
               "router_stats": _router_stats([r for _, r in episodes], args.router_window,
                                             stats_dir)}
@@ -222,6 +279,14 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"heisd-build-db: {exc}", file=sys.stderr)
         return 2
+    if result["skipped_bags"]:
+        print(f"heisd-build-db: {len(result['skipped_bags'])} bags skipped:", file=sys.stderr)
+        for item in result["skipped_bags"]:
+            print(f"  {item['bag']}: {item['reason'].splitlines()[0]}", file=sys.stderr)
+    if result["dropped_commands"]:
+        print("heisd-build-db: bag commands left out: " + "; ".join(
+            f"{n} {reason}" for reason, n in result["dropped_commands"].items()),
+            file=sys.stderr)
     print(f"{result['points']} points from {result['episodes']} episodes, "
           f"{len(result['tasks'])} tasks, dimension {result['dimension']}, "
           f"fingerprint {result['model_fingerprint']}")

@@ -38,10 +38,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def held_out_episode(path: Path, bag_options: dict | None):
+    """An npz episode, or a bag read with the options heisd-build-db read the DB's bags with."""
+    from heisd_ros.data.bag_episodes import EpisodeDefaults, EpisodeTopics, load_any_episode
+    from heisd_ros.data.bag_topics import resolve_cameras
+    from heisd_ros.data.rosbag_io import metadata_topics
+
+    if not path.is_dir():
+        return load_any_episode(path)
+    options = bag_options or {}
+    topics = resolve_cameras(options.get("topics") or {r: None for r in ("primary", "wrist")},
+                             metadata_topics(path))
+    defaults = EpisodeDefaults(options.get("suite"), options.get("task"),
+                               options.get("instruction"))
+    return load_any_episode(path, EpisodeTopics(**topics), defaults,
+                            options.get("max_skew_s", 0.05),
+                            options.get("gripper_joint", "gripper"))
+
+
 def run(args) -> dict:
     """Collect held-out samples and write the calibration; returns it as a dict."""
     from heisd_ros.calibration.verify_skip import CalibrationConfig, calibrate, collect_samples
-    from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
+    from heisd_ros.data.npz_episodes import iter_episode_paths
     from heisd_ros.kinematics.router import KinematicRouter, RouterConfig, RouterStats
     from heisd_ros.models.loading import load_target
     from heisd_ros.retrieval.embedding import model_fingerprint
@@ -65,7 +83,7 @@ def run(args) -> dict:
         retriever = Retriever(store, RetrieverConfig(k=1, demote_steps=0))
         samples = {}
         for path in paths:
-            record = load_episode(path)
+            record = held_out_episode(path, offline.get("bag_options"))
             entry = offline.get("router_stats", {}).get(record.suite, {})
             router = None
             if "path" in entry:
