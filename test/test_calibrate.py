@@ -89,3 +89,24 @@ def test_calibrate_without_held_out_fails_clearly(demos, tiny_target_path, tmp_p
                           "--max-episodes", "1"]) == 0
     assert calibrate.main(["--db", str(db), "--target", tiny_target_path]) == 2
     assert "held-out" in capsys.readouterr().err
+
+
+def test_calibrate_reads_held_out_bags_as_the_db_build_read_them(demos, tiny_target_path,
+                                                                 tmp_path):
+    """A DB built from bags holds bag directories out; calibration reads them back alike."""
+    from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
+    from heisd_ros.data.rosbag_io import write_episode_bag
+
+    for i, path in enumerate(iter_episode_paths(demos)):
+        write_episode_bag(load_episode(path), tmp_path / "bags" / f"episode_{i}",
+                          camera_format="png")  # only .../compressed cameras: found alike
+    db = tmp_path / "db"
+    assert build_db.main(["--demos", str(tmp_path / "bags"), "--db", str(db), "--target",
+                          tiny_target_path, "--router-window", "3", "--exact",
+                          "--hold-out-every", "2"]) == 0
+    offline = json.loads((db / "offline_stats.json").read_text())
+    assert offline["demos_format"] == "bag" and len(offline["held_out_episodes"]) == 1
+    out = tmp_path / "cal.json"
+    assert calibrate.main(["--db", str(db), "--target", tiny_target_path, "--exact",
+                           "--min-support", "2", "--out", str(out)]) == 0
+    assert VerifySkipCalibration.load(out).n_held_out_steps == 8
