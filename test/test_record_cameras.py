@@ -125,7 +125,7 @@ def test_each_camera_its_own_type(tiny_target_path, tmp_path, capsys):
             for fmt, conn in conns.items():
                 msg = camera_msg(ts, header, image, fmt)
                 writer.write(conn, ns, ts.serialize_cdr(msg, conn.msgtype))
-    result = _replay_ar(tmp_path / "bag", tiny_target_path, tmp_path, capsys)
+    result = _replay_ar(tmp_path / "bag", tiny_target_path, tmp_path, capsys, "--without-state")
     assert result["topics"]["primary"] == TOPIC_THIRD_PERSON
     assert result["topics"]["wrist"] == TOPIC_WRIST + "/compressed"
     assert len(result["frames"]) == 2
