@@ -10,6 +10,8 @@ Examples:
     heisd-calibrate --db runs/db --out runs/db/calibration.json
     heisd-calibrate --db runs/db --held-out data/demos_heldout --precision 0.98 \
         --max-steps 40 --target small_vla.safetensors
+    heisd-calibrate --db runs/db_openvla --model openvla --checkpoint ckpt/openvla-7b-ft \
+        --unnorm-key libero_spatial --center-crop    # the DB built with the same options
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from pathlib import Path
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command line of ``heisd-calibrate``."""
+    from heisd_ros.tools._common import add_model_arguments
+
     p = argparse.ArgumentParser(prog="heisd-calibrate", description=__doc__.split("\n")[0])
     p.add_argument("--db", required=True, help="DB directory (edge backend)")
     p.add_argument("--stats-dir", default=None, help="offline statistics (default: --db)")
     p.add_argument("--held-out", default=None, help="npz demo root to use instead of the "
                    "held-out episodes listed in offline_stats.json")
     p.add_argument("--target", default=None, help="small-VLA safetensors (as for build-db)")
+    add_model_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--precision", type=float, default=0.95)
     p.add_argument("--min-support", type=int, default=10)
@@ -43,11 +48,11 @@ def run(args) -> dict:
     from heisd_ros.calibration.verify_skip import CalibrationConfig, calibrate, collect_samples
     from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
     from heisd_ros.kinematics.router import KinematicRouter, RouterConfig, RouterStats
-    from heisd_ros.models.loading import load_target
     from heisd_ros.retrieval.embedding import model_fingerprint
     from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
     from heisd_ros.retrieval.store import open_store
     from heisd_ros.retrieval.store_config import StoreConfig
+    from heisd_ros.tools._common import load_target_from_args
 
     stats_dir = Path(args.stats_dir or args.db)
     offline = json.loads((stats_dir / "offline_stats.json").read_text(encoding="utf-8"))
@@ -56,7 +61,7 @@ def run(args) -> dict:
     if not paths:
         raise ValueError("held-out: no held-out episodes (build the DB with --hold-out-every "
                          "> 0, or pass --held-out)")
-    target, description = load_target(args.target, args.seed)
+    target, description = load_target_from_args(args)
     fingerprint = model_fingerprint(target)
     config = CalibrationConfig(precision=args.precision, min_support=args.min_support)
     store = open_store(StoreConfig(path=args.db, exact_search=args.exact),
