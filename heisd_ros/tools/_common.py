@@ -102,6 +102,22 @@ def load_target_from_args(args, closed_loop: bool = False):
                                openvla_options=getattr(args, "openvla_options", None))
 
 
+def episode_loader(offline: dict):
+    """A reader of the episodes a DB lists, as heisd-build-db read them (npz, or rosbag2).
+
+    ``offline`` is the DB's ``offline_stats.json``; bags are read with the options recorded
+    there (topics, pairing skew, identity defaults).
+    """
+    from heisd_ros.data.bag_episodes import EpisodeDefaults, EpisodeTopics, load_any_episode
+
+    options = offline.get("bag_options") or {}
+    topics = EpisodeTopics(**options.get("topics", {}))
+    defaults = EpisodeDefaults(options.get("suite"), options.get("task"),
+                               options.get("instruction"))
+    max_skew_s = float(options.get("max_skew_s", 0.05))
+    return lambda path: load_any_episode(path, topics, defaults, max_skew_s)
+
+
 def int_vector(text: str, length: int, name: str) -> tuple[int, ...]:
     """Parse "a,b,c" (or a single value repeated) into ``length`` ints."""
     try:

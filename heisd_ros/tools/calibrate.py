@@ -46,13 +46,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run(args) -> dict:
     """Collect held-out samples and write the calibration; returns it as a dict."""
     from heisd_ros.calibration.verify_skip import CalibrationConfig, calibrate, collect_samples
-    from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
+    from heisd_ros.data.npz_episodes import iter_episode_paths
     from heisd_ros.kinematics.router import KinematicRouter, RouterConfig, RouterStats
     from heisd_ros.retrieval.embedding import model_fingerprint
     from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
     from heisd_ros.retrieval.store import open_store
     from heisd_ros.retrieval.store_config import StoreConfig
-    from heisd_ros.tools._common import load_target_from_args
+    from heisd_ros.tools._common import episode_loader, load_target_from_args
 
     stats_dir = Path(args.stats_dir or args.db)
     offline = json.loads((stats_dir / "offline_stats.json").read_text(encoding="utf-8"))
@@ -61,6 +61,7 @@ def run(args) -> dict:
     if not paths:
         raise ValueError("held-out: no held-out episodes (build the DB with --hold-out-every "
                          "> 0, or pass --held-out)")
+    load = episode_loader(offline)
     target, description = load_target_from_args(args)
     fingerprint = model_fingerprint(target)
     config = CalibrationConfig(precision=args.precision, min_support=args.min_support)
@@ -70,7 +71,7 @@ def run(args) -> dict:
         retriever = Retriever(store, RetrieverConfig(k=1, demote_steps=0))
         samples = {}
         for path in paths:
-            record = load_episode(path)
+            record = load(path)
             entry = offline.get("router_stats", {}).get(record.suite, {})
             router = None
             if "path" in entry:
