@@ -55,7 +55,7 @@ def openvla_parameters(checkpoint, **more) -> list:
 def graph(checkpoint):
     """An OpenVLA policy node + a test peer (publishes inputs, records outputs)."""
     context = rclpy.Context()
-    rclpy.init(context=context, domain_id=120 + os.getpid() % 10)  # 120..129: no other node test
+    rclpy.init(context=context, domain_id=120 + os.getpid() % 5)  # 120..124: no other node test
     policy = PolicyNode("openvla_policy", context=context, parameter_overrides=openvla_parameters(
         checkpoint, **{"method": "drafter", "instruction": "put the red block on the plate",
                        "warn_throttle_s": 0.0, "diagnostics_period_s": 0.2,
