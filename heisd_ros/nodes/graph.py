@@ -11,9 +11,9 @@ Launch arguments (both front ends):
     ``method``: the policy's decoder, one of :data:`METHODS` ("" = the YAML's, ``heisd``).
     ``model``: small-VLA safetensors for the policy ("" = shipped weights or a random init).
     ``model_type`` ("small"/"openvla", "" = the YAML's, small): the policy's target VLA.
-    ``checkpoint``, ``unnorm_key``, ``device``, ``dtype``, ``center_crop``, ``allow_cpu``:
-        the OpenVLA target (``model.*`` of ``config/policy_node.yaml``); an OpenVLA target
-        on a CPU is refused unless ``allow_cpu:=true``.
+    ``checkpoint``, ``unnorm_key``, ``device``, ``dtype``, ``center_crop``, ``allow_cpu``,
+        ``vision_specs``: the OpenVLA target (``model.*`` of ``config/policy_node.yaml``);
+        an OpenVLA target on a CPU is refused unless ``allow_cpu:=true``.
     ``drafter``: the policy's draft head ("" = the YAML's: the shipped head for the shipped
         small VLA, else an untrained one).
     ``db``: DB directory built by ``heisd-build-db`` ("" = the YAMLs', ``heisd_db``): the
@@ -52,6 +52,7 @@ LAUNCH_ARGUMENTS: dict[str, str] = {
     "sim": "true", "method": "", "model": "", "db": "", "can_port": "can0", "task": "",
     "rviz": "false", "auto_reset": "", "model_type": "", "checkpoint": "", "unnorm_key": "",
     "device": "", "dtype": "", "center_crop": "", "allow_cpu": "", "drafter": "",
+    "vision_specs": "",
 }
 #: What each launch argument does (``ros2 launch ... --show-args``, ``heisd-bringup --help``).
 ARGUMENT_HELP: dict[str, str] = {
@@ -78,6 +79,8 @@ ARGUMENT_HELP: dict[str, str] = {
                  "otherwise an OpenVLA target on a CPU is refused at start",
     "drafter": "draft head safetensors for the policy ('' = the shipped head for the shipped "
                "small VLA; train one for OpenVLA with heisd-train-drafter)",
+    "vision_specs": "OpenVLA: JSON of backbone sizes for a checkpoint whose backbones are not "
+                    "the ones its config.json names ('' = from config.json)",
 }
 #: Launch argument -> (node name, parameter name) it sets when not empty.
 ARGUMENT_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -95,6 +98,7 @@ ARGUMENT_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {
     "center_crop": (("policy_node", "model.center_crop"),),
     "allow_cpu": (("policy_node", "model.allow_cpu"),),
     "drafter": (("policy_node", "model.drafter_path"),),
+    "vision_specs": (("policy_node", "model.vision_specs"),),
 }
 #: Launch arguments whose parameter is a bool (the others set string parameters).
 BOOL_ARGUMENTS: tuple[str, ...] = ("auto_reset", "center_crop", "allow_cpu")
