@@ -11,6 +11,9 @@ Examples:
         --methods ar drafter drafter_relaxed retrieval router_only router_skip heisd \
         --drafter runs/drafter/draft_head.safetensors --json runs/eval/eval.json
     heisd-eval --suites piper_goal --tasks red_block_on_plate --episodes 1 --max-steps 5
+    heisd-eval --suites piper_goal --episodes 5 --methods ar heisd --db db_openvla \
+        --model openvla --checkpoint ckpt/openvla-7b-ft --unnorm-key KEY \
+        --drafter runs/drafter_openvla/draft_head.safetensors    # on a GPU
 
 Needs MUJOCO_GL=egl (or glfw/osmesa) for rendering.
 """

@@ -12,6 +12,8 @@ Examples:
     heisd-record --suite piper_goal --task red_block_on_plate --policy expert \
         --camera-format jpeg --out runs/jpeg_bags  # CompressedImage on <camera>/compressed
     heisd-replay runs/bags/piper_goal/red_block_on_plate/episode_000000_bag --methods drafter
+    heisd-record --suite piper_goal --task red_block_on_plate --policy heisd --db db_openvla \
+        --model openvla --checkpoint ckpt/openvla-7b-ft --unnorm-key KEY --out runs/bags
 
 Needs MUJOCO_GL=egl (or glfw/osmesa) for rendering.
 """
