@@ -7,6 +7,9 @@ Examples::
         model:=/path/small_vla.safetensors db:=/path/heisd_db task:=red_block_on_plate
     ros2 launch heisd_ros piper_heisd.launch.py method:=ar rviz:=true  # AR baseline
     ros2 launch heisd_ros piper_heisd.launch.py auto_reset:=false     # one episode per ~/reset
+    ros2 launch heisd_ros piper_heisd.launch.py sim:=false model_type:=openvla \
+        checkpoint:=/path/openvla-7b-finetuned-libero-spatial unnorm_key:=libero_spatial \
+        center_crop:=true drafter:=/path/draft_head.safetensors db:=/path/heisd_db
 
 ``db`` is the directory ``heisd-build-db`` (and ``heisd-calibrate``) wrote: the retrieval
 node serves it and the policy reads the router statistics of the task's suite and the

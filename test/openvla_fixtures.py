@@ -187,3 +187,17 @@ def write_tiny_openvla(directory, seed: int = 0, n_shards: int = 3,
         "processor_class": "PrismaticProcessor", "use_fused_vision_backbone": True})
     _tokenizer_files(directory)
     return directory
+
+
+def write_vision_specs(path, vision: tuple[ViTSpec, ViTSpec] = TINY_VISION) -> Path:
+    """The tiny backbones as the ``--vision-specs`` / ``model.vision_specs`` JSON file.
+
+    The tiny checkpoint's config.json names OpenVLA's real backbones (its key layout is the
+    real one); this file gives their reduced sizes to a loader that runs in another process
+    or a node, where ``OpenVLAOptions(vision=...)`` cannot be handed in.
+    """
+    from dataclasses import asdict
+
+    path = Path(path)
+    _json(path, [asdict(spec) for spec in vision])
+    return path

@@ -24,6 +24,11 @@ REPO = Path(__file__).resolve().parents[1]
 LAUNCH_FILE = REPO / "launch" / "piper_heisd.launch.py"
 ARGS = {"sim": "true", "method": "router_skip", "model": "/m/vla.safetensors", "db": "/d/db",
         "can_port": "can1", "task": "stack_blue_on_red", "rviz": "true", "auto_reset": "false"}
+#: ``ros2 launch heisd_ros piper_heisd.launch.py sim:=false model_type:=openvla ...``
+OPENVLA_ARGS = {**ARGS, "sim": "false", "model": "", "model_type": "openvla",
+                "checkpoint": "/c/openvla-7b-finetuned-libero-spatial",
+                "unnorm_key": "libero_spatial", "device": "cuda", "dtype": "bfloat16",
+                "center_crop": "true", "allow_cpu": "false", "drafter": "/c/head.safetensors"}
 
 
 class _Recorder:
@@ -40,7 +45,8 @@ def _fake_launch(monkeypatch, values):
             self.name = name
 
         def perform(self, _context):
-            return values[self.name]
+            # launch: the given value, else the declared default
+            return values.get(self.name, graph.LAUNCH_ARGUMENTS[self.name])
 
     class Node(_Recorder):
         def __init__(self, **kwargs):
@@ -90,10 +96,13 @@ def test_launch_file_imports_launch_only_inside_functions():
     assert callable(module.generate_launch_description)
 
 
-@pytest.mark.parametrize("sim", ["true", "false"])
-def test_launch_and_bringup_start_the_same_nodes(monkeypatch, tmp_path, sim):
+@pytest.mark.parametrize(("sim", "args"), [("true", ARGS), ("false", ARGS),
+                                           ("true", OPENVLA_ARGS), ("false", OPENVLA_ARGS)],
+                         ids=["sim", "real", "sim-openvla", "real-openvla"])
+def test_launch_and_bringup_start_the_same_nodes(monkeypatch, tmp_path, sim, args):
     fake_rviz_install(tmp_path, monkeypatch)  # rviz:=true needs rviz2 installed
-    values = {**ARGS, "sim": sim}
+    # what launch hands the OpaqueFunction: every declared argument, given or default
+    values = {**graph.LAUNCH_ARGUMENTS, **args, "sim": sim}
     launched = _fake_launch(monkeypatch, values)
     module = _load_launch_module()
     description = module.generate_launch_description()
@@ -128,6 +137,70 @@ def test_arguments_become_the_right_parameters():
     assert "policy_node" not in graph.launch_overrides({"model": ""})
     with pytest.raises(ValueError, match="unknown launch arguments"):
         graph.launch_overrides({"modle": "x"})
+
+
+def test_openvla_arguments_become_the_policy_model_parameters(tmp_path):
+    """model_type:=openvla checkpoint:=DIR ... -> the policy's model.* -> its TargetChoice."""
+    from heisd_ros.models.loading import check_device_allowed
+    from heisd_ros.nodes.policy_decoders import ModelConfig
+
+    overrides = graph.launch_overrides(OPENVLA_ARGS)
+    assert overrides["policy_node"] == {
+        "method": "router_skip", "model.db_dir": "/d/db", "task": "stack_blue_on_red",
+        "model.type": "openvla", "model.checkpoint": "/c/openvla-7b-finetuned-libero-spatial",
+        "model.unnorm_key": "libero_spatial", "model.device": "cuda", "model.dtype": "bfloat16",
+        "model.center_crop": True, "model.allow_cpu": False,
+        "model.drafter_path": "/c/head.safetensors"}
+    # the file the launch hands the node, read back as the node reads model.*
+    params = yaml.safe_load(graph.write_params_file(
+        tmp_path / "policy.yaml", "policy_node", overrides["policy_node"]).read_text())
+    choice = ModelConfig(**params["/**"]["ros__parameters"]["model"]).target_choice()
+    assert (choice.model, choice.checkpoint, choice.unnorm_key, choice.device, choice.dtype,
+            choice.center_crop, choice.allow_cpu, choice.path) == (
+        "openvla", "/c/openvla-7b-finetuned-libero-spatial", "libero_spatial", "cuda",
+        "bfloat16", True, False, None)
+    cpu = graph.launch_overrides({**OPENVLA_ARGS, "device": "cpu"})["policy_node"]
+    params = yaml.safe_load(graph.write_params_file(
+        tmp_path / "cpu.yaml", "policy_node", cpu).read_text())
+    with pytest.raises(ValueError, match="allow_cpu:=true"):
+        check_device_allowed(ModelConfig(**params["/**"]["ros__parameters"]["model"])
+                             .target_choice(), "model.allow_cpu: true (launch argument "
+                             "allow_cpu:=true)")
+    # the YAML's defaults: the small VLA, nothing OpenVLA set
+    assert ModelConfig(**yaml.safe_load((REPO / "config" / "policy_node.yaml").read_text())[
+        "policy_node"]["ros__parameters"]["model"]).target_choice().model == "small"
+
+
+@pytest.mark.parametrize(("argument", "bad", "message"), [
+    ("model_type", "openvla-7b", "model_type: unknown value 'openvla-7b'; valid: small, openvla"),
+    ("dtype", "fp16", "dtype: unknown value 'fp16'; valid: bfloat16, float16, float32"),
+    ("center_crop", "maybe", "center_crop: expected true or false"),
+    ("allow_cpu", "yes please", "allow_cpu: expected true or false")])
+def test_bad_openvla_arguments_are_refused_before_any_node(monkeypatch, capsys, argument, bad,
+                                                            message):
+    with pytest.raises(ValueError) as err:
+        graph.launch_overrides({**OPENVLA_ARGS, argument: bad})
+    assert str(err.value).startswith(message)
+    launched = _fake_launch(monkeypatch, {**graph.LAUNCH_ARGUMENTS, **OPENVLA_ARGS,
+                                          argument: bad, "rviz": "false"})
+    with pytest.raises(ValueError, match=argument):
+        _load_launch_module().generate_launch_description()[-1].kwargs["function"](None)
+    assert launched == []
+    flag = f"--{argument.replace('_', '-')}"
+    assert bringup.main(["--dry-run", "--model-type", "openvla", "--checkpoint", "/c", flag,
+                         bad]) == 2
+    assert capsys.readouterr().err.startswith(f"heisd-bringup: {message}")
+
+
+def test_a_small_vla_with_openvla_options_is_refused_by_the_node_config():
+    from heisd_ros.nodes.policy_decoders import ModelConfig
+
+    with pytest.raises(ValueError, match="checkpoint: OpenVLA options"):
+        ModelConfig(checkpoint="/c")
+    with pytest.raises(ValueError, match="needs a checkpoint directory"):
+        ModelConfig(type="openvla")
+    with pytest.raises(ValueError, match="model: expected one of"):
+        ModelConfig(type="llama")
 
 
 def test_method_names_are_the_method_table():
@@ -204,6 +277,11 @@ def test_bringup_dry_run_and_ros_arguments(capsys):
     out = capsys.readouterr().out
     assert "sim_node:" in out and "'task': 'stack_blue_on_red'" in out
     assert "'model.db_dir': '/d/db'" in out and "'store.path': '/d/db'" in out
+    assert bringup.main(["--dry-run", "--model-type", "openvla", "--checkpoint", "/c/ckpt",
+                         "--unnorm-key", "libero_spatial", "--allow-cpu", "true"]) == 0
+    out = capsys.readouterr().out
+    assert ("'model.type': 'openvla', 'model.checkpoint': '/c/ckpt', 'model.unnorm_key': "
+            "'libero_spatial', 'model.allow_cpu': True") in out
     plan = bringup.node_plan({"sim": "false"})
     args = bringup.ros_arguments(plan)
     assert args[0] == "--ros-args"

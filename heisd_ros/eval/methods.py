@@ -166,11 +166,14 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
                  retrieval_deadline_ms: float | None = None,
                  skip_threshold: float | None = None,
                  max_unverified_run: int | None = None,
-                 warn=None) -> tuple[MethodContext, dict]:
-    """(context, description) for the tools: the default target and, if needed, a drafter.
+                 warn=None, choice=None,
+                 openvla_options: dict | None = None) -> tuple[MethodContext, dict]:
+    """(context, description) for the tools: the target and, if needed, a drafter.
 
-    The target is ``target_path``, else the shipped small VLA, else a seeded random init
-    (``heisd_ros.models.loading.load_target``). A draft head is loaded only when a method uses
+    The target is ``choice`` (a ``heisd_ros.models.loading.TargetChoice``: the small VLA or
+    an OpenVLA checkpoint, with ``openvla_options`` for fields without an option) when given,
+    else the small VLA ``target_path``, else the shipped small VLA, else a seeded random init
+    (``heisd_ros.models.loading.load_choice``). A draft head is loaded only when a method uses
     one: ``drafter_path``, else the shipped head for the shipped small VLA, else a seeded
     untrained head, with a warning (``warn``; default: a logging warning) and
     ``description["drafter_untrained"]`` True
@@ -184,15 +187,17 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ``skip_threshold``: the verify-skip threshold over the calibration's (None: its own).
     ``max_unverified_run``: most unverified steps in a row, for every rule (None: defaults).
     """
-    from heisd_ros.models.draft_head_choice import choose_draft_head, target_file
-    from heisd_ros.models.loading import load_target
+    from heisd_ros.models.draft_head_choice import choose_draft_head
+    from heisd_ros.models.loading import TargetChoice, load_choice
 
-    target, target_desc = load_target(target_path, seed, gripper_switch_prob=gripper_switch_prob)
+    choice = choice or TargetChoice(path=target_path)
+    target, target_desc = load_choice(choice, seed, gripper_switch_prob, openvla_options)
     drafter, drafter_desc, untrained = None, None, False
     if needs_head(methods):
-        choice = choose_draft_head(target, target_file(target_path), drafter_path, seed,
-                                   warn or _warn_stderr)
-        drafter, drafter_desc, untrained = choice.head, choice.description, choice.untrained
+        # OpenVLA: no file to compare a head's card with; its fingerprint decides.
+        head = choose_draft_head(target, choice.small_vla_file(), drafter_path, seed,
+                                 warn or _warn_stderr)
+        drafter, drafter_desc, untrained = head.head, head.description, head.untrained
     retrieval_tree = None
     if retrieval_tree_nodes is not None:
         from heisd_ros.decoding.retrieval_tree import GroupTreeConfig
@@ -243,12 +248,21 @@ def _warn_stderr(message: str) -> None:
     logging.getLogger("heisd_ros.eval").warning("WARNING: %s", message)
 
 
-def context_from_args(args, methods, warn=None) -> tuple[MethodContext, dict]:
+def context_from_args(args, methods, warn=None,
+                      closed_loop: bool = False) -> tuple[MethodContext, dict]:
     """:func:`make_context` from the options of ``add_decoder_arguments`` (eval, replay, record).
 
-    ``--target`` unset: the shipped small VLA; ``--drafter`` unset: its shipped draft head.
+    ``--model``/``--checkpoint``/... choose the target (``TargetChoice.from_args``;
+    ``closed_loop``: an OpenVLA target on a CPU needs ``--allow-cpu``); ``--target`` unset:
+    the shipped small VLA; ``--drafter`` unset: its shipped draft head (an untrained head,
+    with a warning, for any other target). ``args.openvla_options`` (a dict, no flag) adds
+    ``OpenVLAOptions`` fields.
     """
+    from heisd_ros.models.loading import TargetChoice
+
     return make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
+                        choice=TargetChoice.from_args(args, closed_loop),
+                        openvla_options=getattr(args, "openvla_options", None),
                         calibration=args.calibration,
                         gripper_switch_prob=args.gripper_switch_prob,
                         retrieval_tree_nodes=args.retrieval_tree_nodes,

@@ -115,7 +115,12 @@ def choose_draft_head(target, target_path: Path | None, drafter_path: str | None
 
     file = target_path
     sha = file_digest(file) if file is not None and file.is_file() else None
-    loaded = f"{file} (sha256 {sha})" if sha else f"a random-init or non-file target (seed={seed})"
+    if sha:
+        loaded = f"{file} (sha256 {sha})"
+    elif getattr(target, "checkpoint", None) is not None:    # OpenVLA: a directory
+        loaded = f"the OpenVLA checkpoint {target.checkpoint}"
+    else:
+        loaded = f"a random-init or non-file target (seed={seed})"
     if drafter_path:
         head = load_draft_head(drafter_path, target)
         recorded, text = draft_head_target(drafter_path)

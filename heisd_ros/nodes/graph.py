@@ -10,6 +10,12 @@ Launch arguments (both front ends):
     ``sim`` ("true"/"false"): MuJoCo sim node instead of the PIPER driver.
     ``method``: the policy's decoder, one of :data:`METHODS` ("" = the YAML's, ``heisd``).
     ``model``: small-VLA safetensors for the policy ("" = shipped weights or a random init).
+    ``model_type`` ("small"/"openvla", "" = the YAML's, small): the policy's target VLA.
+    ``checkpoint``, ``unnorm_key``, ``device``, ``dtype``, ``center_crop``, ``allow_cpu``,
+        ``vision_specs``: the OpenVLA target (``model.*`` of ``config/policy_node.yaml``);
+        an OpenVLA target on a CPU is refused unless ``allow_cpu:=true``.
+    ``drafter``: the policy's draft head ("" = the YAML's: the shipped head for the shipped
+        small VLA, else an untrained one).
     ``db``: DB directory built by ``heisd-build-db`` ("" = the YAMLs', ``heisd_db``): the
         retrieval node's ``store.path`` and the policy's ``model.db_dir``, where the policy
         finds the router statistics of the task's suite and the verify-skip calibration.
@@ -37,13 +43,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heisd_ros.decoding.methods import METHOD_NAMES
+from heisd_ros.models.loading import DTYPES, MODELS
 
 #: The policy's decoder names: the method table's (pure data: no torch in ``ros2 launch``).
 METHODS: tuple[str, ...] = METHOD_NAMES
 #: Launch arguments and their defaults (strings, as launch passes them).
 LAUNCH_ARGUMENTS: dict[str, str] = {
     "sim": "true", "method": "", "model": "", "db": "", "can_port": "can0", "task": "",
-    "rviz": "false", "auto_reset": "",
+    "rviz": "false", "auto_reset": "", "model_type": "", "checkpoint": "", "unnorm_key": "",
+    "device": "", "dtype": "", "center_crop": "", "allow_cpu": "", "drafter": "",
+    "vision_specs": "",
 }
 #: What each launch argument does (``ros2 launch ... --show-args``, ``heisd-bringup --help``).
 ARGUMENT_HELP: dict[str, str] = {
@@ -58,6 +67,20 @@ ARGUMENT_HELP: dict[str, str] = {
     "rviz": "true: start rviz2 with config/heisd.rviz (rviz2 must be installed)",
     "auto_reset": "sim: start the next episode by itself when one ends, true or false "
                   "('' = config/sim_node.yaml's, true)",
+    "model_type": f"policy target VLA, one of {', '.join(MODELS)} ('' = "
+                  "config/policy_node.yaml's, small)",
+    "checkpoint": "OpenVLA: local checkpoint directory (model_type:=openvla)",
+    "unnorm_key": "OpenVLA: dataset_statistics.json key to un-normalise with ('' = the only one)",
+    "device": "OpenVLA: cuda, cuda:1 or cpu ('' = CUDA when available)",
+    "dtype": f"OpenVLA: one of {', '.join(DTYPES)} ('' = bfloat16 on CUDA, float32 on a CPU)",
+    "center_crop": "OpenVLA: crop the central 90% of the image area first, true or false "
+                   "(true for checkpoints fine-tuned with random crops, e.g. LIBERO's)",
+    "allow_cpu": "OpenVLA: true = run on the CPU (seconds per action: debugging only); "
+                 "otherwise an OpenVLA target on a CPU is refused at start",
+    "drafter": "draft head safetensors for the policy ('' = the shipped head for the shipped "
+               "small VLA; train one for OpenVLA with heisd-train-drafter)",
+    "vision_specs": "OpenVLA: JSON of backbone sizes for a checkpoint whose backbones are not "
+                    "the ones its config.json names ('' = from config.json)",
 }
 #: Launch argument -> (node name, parameter name) it sets when not empty.
 ARGUMENT_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -67,9 +90,20 @@ ARGUMENT_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {
     "can_port": (("piper_driver_node", "can_channel"),),
     "task": (("sim_node", "task"), ("policy_node", "task")),
     "auto_reset": (("sim_node", "auto_reset"),),
+    "model_type": (("policy_node", "model.type"),),
+    "checkpoint": (("policy_node", "model.checkpoint"),),
+    "unnorm_key": (("policy_node", "model.unnorm_key"),),
+    "device": (("policy_node", "model.device"),),
+    "dtype": (("policy_node", "model.dtype"),),
+    "center_crop": (("policy_node", "model.center_crop"),),
+    "allow_cpu": (("policy_node", "model.allow_cpu"),),
+    "drafter": (("policy_node", "model.drafter_path"),),
+    "vision_specs": (("policy_node", "model.vision_specs"),),
 }
 #: Launch arguments whose parameter is a bool (the others set string parameters).
-BOOL_ARGUMENTS: tuple[str, ...] = ("auto_reset",)
+BOOL_ARGUMENTS: tuple[str, ...] = ("auto_reset", "center_crop", "allow_cpu")
+#: Launch arguments with a fixed set of values ("" = the YAML's): argument -> valid values.
+CHOICE_ARGUMENTS: dict[str, tuple[str, ...]] = {"model_type": MODELS, "dtype": DTYPES}
 RVIZ_CONFIG = "heisd.rviz"
 PACKAGE = "heisd_ros"
 #: rviz2's package and executable (what ``launch_ros`` looks up in the ament index).
@@ -149,13 +183,18 @@ def launch_overrides(arguments: dict[str, str]) -> dict[str, dict[str, str | boo
 
     Raises:
         ValueError: an unknown argument name (the message lists the valid ones), a
-            ``method`` that is not one of :data:`METHODS` (the message lists them), or a
+            ``method`` that is not one of :data:`METHODS` or a value of
+            :data:`CHOICE_ARGUMENTS` not among its values (the message lists them), or a
             bool argument that is not true or false.
     """
     unknown = sorted(set(arguments) - set(LAUNCH_ARGUMENTS))
     if unknown:
         raise ValueError(f"unknown launch arguments {unknown}; valid: {list(LAUNCH_ARGUMENTS)}")
     check_method(arguments.get("method", LAUNCH_ARGUMENTS["method"]))
+    for argument, valid in CHOICE_ARGUMENTS.items():
+        value = str(arguments.get(argument, LAUNCH_ARGUMENTS[argument]))
+        if value and value not in valid:
+            raise ValueError(f"{argument}: unknown value {value!r}; valid: {', '.join(valid)}")
     overrides: dict[str, dict[str, str | bool]] = {}
     for argument, targets in ARGUMENT_PARAMETERS.items():
         value: str | bool = str(arguments.get(argument, LAUNCH_ARGUMENTS[argument]))

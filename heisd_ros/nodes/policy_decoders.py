@@ -57,8 +57,26 @@ ROUTER_OFF, DRAFT_NONE, DRAFT_DRAFTER, DRAFT_RETRIEVAL = 2, 0, 1, 2
 class ModelConfig:
     """Which models the policy loads (parameters ``model.*``).
 
+    The target's fields are ``heisd_ros.models.loading.TargetChoice``'s, the tools' options
+    (``--model``, ``--checkpoint``, ...), with "" for "not set".
+
     Attributes:
+        type: the target VLA: "small" (the small VLA of ``path``) or "openvla" (the OpenVLA
+            checkpoint directory ``checkpoint``).
         path: small-VLA safetensors; "" = the shipped weights, else a seeded random init.
+        checkpoint: OpenVLA: the local checkpoint directory (never fetched from a hub).
+        unnorm_key: OpenVLA: the dataset of ``dataset_statistics.json`` whose statistics
+            un-normalise actions; "" = the only one.
+        device: OpenVLA: "cuda", "cuda:1", "cpu"; "" = CUDA when available, else the CPU.
+        dtype: OpenVLA: "bfloat16", "float16" or "float32"; "" = bfloat16 on CUDA, float32
+            on a CPU.
+        center_crop: OpenVLA: crop the central 90% of the image area first (checkpoints
+            fine-tuned with random-crop augmentation, e.g. the LIBERO fine-tunes).
+        vision_specs: OpenVLA: JSON of backbone sizes for a checkpoint whose backbones are not
+            the ones its config.json names; "" = from config.json.
+        allow_cpu: OpenVLA: run on the CPU (a 7B model takes seconds per action there: no
+            control loop; debugging only). Without it an OpenVLA target whose device is the
+            CPU is refused at start with the reason, before any weight is read.
         drafter_path: draft-head safetensors; "" = the shipped head when the target is the
             shipped small VLA, else an untrained head (exact: the output equals AR, slower).
         db_dir: DB directory from heisd-build-db (launch argument ``db``); the router
@@ -81,7 +99,15 @@ class ModelConfig:
             default (2).
     """
 
+    type: str = "small"
     path: str = ""
+    checkpoint: str = ""
+    unnorm_key: str = ""
+    device: str = ""
+    dtype: str = ""
+    center_crop: bool = False
+    vision_specs: str = ""
+    allow_cpu: bool = False
     drafter_path: str = ""
     db_dir: str = ""
     router_stats_path: str = ""
@@ -94,6 +120,7 @@ class ModelConfig:
     max_unverified_run: int = -1
 
     def __post_init__(self) -> None:
+        self.target_choice()  # raises naming the field
         if self.gripper_switch_prob:
             from heisd_ros.models.checkpoint import check_gripper_switch_probability
 
@@ -108,6 +135,16 @@ class ModelConfig:
         if self.max_unverified_run < -1:
             raise ValueError(f"max_unverified_run: expected >= 0 (or -1: the method's "
                              f"default), got {self.max_unverified_run}")
+
+    def target_choice(self):
+        """The target these parameters name (``heisd_ros.models.loading.TargetChoice``)."""
+        from heisd_ros.models.loading import TargetChoice
+
+        return TargetChoice(model=self.type, path=self.path or None,
+                            checkpoint=self.checkpoint or None,
+                            unnorm_key=self.unnorm_key or None, device=self.device or None,
+                            dtype=self.dtype or None, center_crop=self.center_crop,
+                            vision_specs=self.vision_specs or None, allow_cpu=self.allow_cpu)
 
 
 @dataclass
@@ -304,21 +341,29 @@ class RoutedHybrid:
         return step
 
 
+#: How the node's CPU refusal names the opt-in.
+ALLOW_CPU = "model.allow_cpu: true (launch argument allow_cpu:=true)"
+
+
 def load_target(config: ModelConfig):
-    """(target, description) of the configured VLA; raises with the reason on a bad path."""
-    from heisd_ros.models.loading import load_target as load
+    """(target, description) of the configured VLA; raises with the reason on a bad path.
+
+    An OpenVLA target whose device is the CPU is refused without ``allow_cpu``
+    (``heisd_ros.models.loading.check_device_allowed``), before any weight is read.
+    """
+    from heisd_ros.models.loading import load_choice
 
     if config.threads:
         import torch
 
         torch.set_num_threads(config.threads)
-    return load(config.path or None, seed=config.random_seed,
-                gripper_switch_prob=config.gripper_switch_prob or None)
+    return load_choice(config.target_choice(), config.random_seed,
+                       config.gripper_switch_prob or None, opt_in=ALLOW_CPU)
 
 
 def target_file(config: ModelConfig) -> Path | None:
-    """The small-VLA file :func:`load_target` loads (None: a random initialisation)."""
-    return head_choice.target_file(config.path or None)
+    """The small-VLA file :func:`load_target` loads (None: OpenVLA, or a random init)."""
+    return config.target_choice().small_vla_file()
 
 
 def resolve_draft_head(config: ModelConfig, target, warn: Callable[[str], None] | None = None):
@@ -335,7 +380,8 @@ def resolve_draft_head(config: ModelConfig, target, warn: Callable[[str], None] 
     """
     choice = head_choice.choose_draft_head(
         target, target_file(config), config.drafter_path, config.random_seed, warn or _warn,
-        option="model.drafter_path", target_option="model.path")
+        option="model.drafter_path",
+        target_option="model.checkpoint" if config.type == "openvla" else "model.path")
     return choice.head, choice.description
 
 

@@ -14,6 +14,11 @@ Usage::
         --params-file $(ros2 pkg prefix heisd_ros)/share/heisd_ros/config/policy_node.yaml \
         -p method:=heisd -p model.path:=small_vla.safetensors \
         -p model.drafter_path:=draft_head.safetensors -p instruction:="put the red block ..."
+    ros2 run heisd_ros policy_node --ros-args \
+        --params-file $(ros2 pkg prefix heisd_ros)/share/heisd_ros/config/policy_node.yaml \
+        -p model.type:=openvla -p model.checkpoint:=/ckpt/openvla-7b-finetuned-libero-spatial \
+        -p model.unnorm_key:=libero_spatial -p model.center_crop:=true \
+        -p model.drafter_path:=draft_head_openvla.safetensors -p model.db_dir:=db_openvla
     ros2 service call /policy_node/set_instruction heisd_ros/srv/SetInstruction \
         "{instruction: 'put the blue block in the basket', task: ''}"
 
@@ -34,7 +39,9 @@ Interface:
         parameters are writable too. All other parameters are read once at start.
 
 Models load in the configure step at start. A bad path or model does not kill the node: it
-stays up, publishes nothing but diagnostics, and logs and reports the reason. Input the gate
+stays up, publishes nothing but diagnostics, and logs and reports the reason. So does an
+OpenVLA target on a CPU without ``model.allow_cpu`` (refused before any weight is read; see
+``heisd_ros.models.loading``). Input the gate
 refuses (wrong encoding, mismatched sizes, NaN state, frames from the future or too old)
 produces one throttled warning per kind, named by the rule, and no command.
 

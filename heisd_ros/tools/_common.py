@@ -5,27 +5,57 @@ Loading the target is library code: ``heisd_ros.models.loading``.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from heisd_ros.models import loading
 
 
-def add_model_arguments(parser) -> None:
-    """``--model`` and ``--checkpoint`` (the target to load; see ``loading.load_target``)."""
-    parser.add_argument("--model", choices=loading.MODELS, default="small",
-                        help="target VLA: the shipped small VLA, or an OpenVLA checkpoint")
-    parser.add_argument("--checkpoint", default=None,
-                        help="OpenVLA: the local Hugging Face checkpoint directory")
-    parser.add_argument("--unnorm-key", default=None,
-                        help="OpenVLA: dataset statistics to un-normalise with")
+def add_model_arguments(parser, closed_loop: bool = False) -> None:
+    """The target's options (``loading.TargetChoice``), the same in every tool.
+
+    ``--model``, ``--checkpoint``, ``--unnorm-key``, ``--device``, ``--dtype``,
+    ``--center-crop``, ``--vision-specs``; with ``closed_loop`` (a tool that runs a control
+    loop) also ``--allow-cpu``, without which an OpenVLA target on a CPU is refused.
+    """
+    group = parser.add_argument_group("target model")
+    group.add_argument("--model", choices=loading.MODELS, default="small",
+                       help="target VLA: the small VLA (--target, default: shipped), or an "
+                            "OpenVLA checkpoint (--checkpoint)")
+    group.add_argument("--checkpoint", default=None, metavar="DIR",
+                       help="OpenVLA: the local Hugging Face checkpoint directory (never "
+                            "downloaded)")
+    group.add_argument("--unnorm-key", default=None, metavar="KEY",
+                       help="OpenVLA: dataset statistics to un-normalise with (a key of "
+                            "dataset_statistics.json; KEY_no_noops is tried too)")
+    group.add_argument("--device", default=None,
+                       help="OpenVLA: cuda, cuda:1, cpu (default: CUDA when available)")
+    group.add_argument("--dtype", choices=loading.DTYPES, default=None,
+                       help="OpenVLA: weight precision (default: bfloat16 on CUDA, float32 on "
+                            "a CPU)")
+    group.add_argument("--center-crop", action="store_true",
+                       help="OpenVLA: crop the central 90%% of the image area first, for "
+                            "checkpoints fine-tuned with random-crop augmentation (OpenVLA's "
+                            "LIBERO fine-tunes)")
+    group.add_argument("--vision-specs", default=None, metavar="JSON",
+                       help="OpenVLA: backbone sizes for a checkpoint whose backbones are not "
+                            "the ones its config.json names (default: from config.json)")
+    if closed_loop:
+        group.add_argument("--allow-cpu", action="store_true",
+                           help="OpenVLA: run on the CPU although no GPU is used (a 7B model "
+                                "takes seconds per action there: debugging only; refused "
+                                "without this)")
 
 
-def add_decoder_arguments(parser) -> None:
+def add_decoder_arguments(parser, closed_loop: bool = False) -> None:
     """The options every tool that builds decoders by method name shares (eval, record, replay).
 
-    ``--target``, ``--drafter``, ``--db``, ``--router-stats``, ``--calibration``,
+    The target's options of :func:`add_model_arguments` (``closed_loop``: with
+    ``--allow-cpu``), ``--target``, ``--drafter``, ``--db``, ``--router-stats``, ``--calibration``,
     ``--gripper-switch-prob``, ``--retrieval-tree-nodes``, ``--retrieval-deadline-ms``: see
     ``heisd_ros.eval.methods``.
     """
     parser.add_argument("--target", default=None, help="small-VLA safetensors (default: shipped)")
+    add_model_arguments(parser, closed_loop)
     parser.add_argument("--drafter", default=None,
                         help="draft head safetensors (default: the shipped head with the "
                              "shipped small VLA; any other target gets an untrained head, "
@@ -63,16 +93,43 @@ def add_decoder_arguments(parser) -> None:
                              "makes a run repeatable on a loaded machine)")
 
 
-def load_target_from_args(args):
-    """``loading.load_target`` with a tool's ``--target``/``--model``/``--checkpoint`` options.
+def load_target_from_args(args, closed_loop: bool = False):
+    """``loading.load_choice`` of a tool's target options (:func:`add_model_arguments`).
 
     A caller embedding a tool may set ``args.openvla_options`` (a dict) for options that have
     no command-line flag.
     """
-    return loading.load_target(getattr(args, "target", None), getattr(args, "seed", 0),
-                               getattr(args, "model", "small"), getattr(args, "checkpoint", None),
-                               getattr(args, "unnorm_key", None),
-                               getattr(args, "openvla_options", None))
+    return loading.load_choice(loading.TargetChoice.from_args(args, closed_loop),
+                               getattr(args, "seed", 0),
+                               openvla_options=getattr(args, "openvla_options", None))
+
+
+def episode_loader(offline: dict):
+    """A reader of the episodes a DB lists, as heisd-build-db read them (npz, or rosbag2).
+
+    ``offline`` is the DB's ``offline_stats.json``; bags are read with the options recorded
+    there (topics, pairing skew, identity defaults).
+    """
+    from heisd_ros.data.bag_episodes import EpisodeDefaults, EpisodeTopics, load_any_episode
+    from heisd_ros.data.bag_topics import resolve_cameras
+    from heisd_ros.data.rosbag_io import metadata_topics
+
+    options = offline.get("bag_options") or {}
+    topics = options.get("topics") or {}
+    defaults = EpisodeDefaults(options.get("suite"), options.get("task"),
+                               options.get("instruction"))
+    max_skew_s = float(options.get("max_skew_s", 0.05))
+    gripper_joint = options.get("gripper_joint", "gripper")
+
+    def load(path):
+        if not Path(path).is_dir():
+            return load_any_episode(path)
+        # a camera left unset at build time: its default topic or /compressed, per bag
+        found = EpisodeTopics(**resolve_cameras({"primary": None, "wrist": None, **topics},
+                                                metadata_topics(path)))
+        return load_any_episode(path, found, defaults, max_skew_s, gripper_joint)
+
+    return load
 
 
 def int_vector(text: str, length: int, name: str) -> tuple[int, ...]:

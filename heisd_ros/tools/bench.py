@@ -43,6 +43,7 @@ from pathlib import Path
 from heisd_ros.decoding.methods import HYBRID_METHODS, METHOD_NAMES
 from heisd_ros.tools._common import (
     add_model_arguments,
+    episode_loader,
     int_vector,
     load_target_from_args,
     set_threads,
@@ -144,7 +145,7 @@ def run_decode(args) -> dict:
 
 def _hybrid_resources(args, target, resources, methods: list[str]) -> tuple[list, dict]:
     """Fill ``resources`` with the DB's store and router statistics; observations from demos."""
-    from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
+    from heisd_ros.data.npz_episodes import iter_episode_paths
     from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
     from heisd_ros.eval.methods import router_stats_for
     from heisd_ros.retrieval.embedding import model_fingerprint
@@ -157,8 +158,9 @@ def _hybrid_resources(args, target, resources, methods: list[str]) -> tuple[list
              else [Path(p) for p in offline["held_out_episodes"] or offline["db_episodes"]])
     wanted = args.observations + args.warmup
     observations, suite = [], None
+    load = episode_loader(offline)  # npz or rosbag2, as the DB was built
     for path in paths:
-        record = load_episode(path)
+        record = load(path)
         suite = suite or record.suite
         observations += [record.observation(t) for t in range(record.num_steps)]
         if len(observations) >= wanted:

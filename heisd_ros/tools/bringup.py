@@ -16,6 +16,8 @@ Examples:
     heisd-bringup --task stack_blue_on_red --method router_skip --threads 6
     heisd-bringup --auto-reset false                # one sim episode per ~/reset call
     heisd-bringup --dry-run                         # print the nodes and parameters, exit
+    heisd-bringup --model-type openvla --checkpoint ckpt/openvla-7b-ft --unnorm-key KEY \
+        --drafter draft_head_openvla.safetensors --db db_openvla   # OpenVLA on the GPU
 """
 
 from __future__ import annotations

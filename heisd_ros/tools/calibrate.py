@@ -10,6 +10,8 @@ Examples:
     heisd-calibrate --db runs/db --out runs/db/calibration.json
     heisd-calibrate --db runs/db --held-out data/demos_heldout --precision 0.98 \
         --max-steps 40 --target small_vla.safetensors
+    heisd-calibrate --db runs/db_openvla --model openvla --checkpoint ckpt/openvla-7b-ft \
+        --unnorm-key libero_spatial --center-crop    # the DB built with the same options
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from pathlib import Path
 
 def parse_args(argv=None) -> argparse.Namespace:
     """Command line of ``heisd-calibrate``."""
+    from heisd_ros.tools._common import add_model_arguments
+
     p = argparse.ArgumentParser(prog="heisd-calibrate", description=__doc__.split("\n")[0])
     p.add_argument("--db", required=True, help="DB directory (edge backend)")
     p.add_argument("--stats-dir", default=None, help="offline statistics (default: --db)")
     p.add_argument("--held-out", default=None, help="npz demo root to use instead of the "
                    "held-out episodes listed in offline_stats.json")
     p.add_argument("--target", default=None, help="small-VLA safetensors (as for build-db)")
+    add_model_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--precision", type=float, default=0.95)
     p.add_argument("--min-support", type=int, default=10)
@@ -38,34 +43,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def held_out_episode(path: Path, bag_options: dict | None):
-    """An npz episode, or a bag read with the options heisd-build-db read the DB's bags with."""
-    from heisd_ros.data.bag_episodes import EpisodeDefaults, EpisodeTopics, load_any_episode
-    from heisd_ros.data.bag_topics import resolve_cameras
-    from heisd_ros.data.rosbag_io import metadata_topics
-
-    if not path.is_dir():
-        return load_any_episode(path)
-    options = bag_options or {}
-    topics = resolve_cameras(options.get("topics") or {r: None for r in ("primary", "wrist")},
-                             metadata_topics(path))
-    defaults = EpisodeDefaults(options.get("suite"), options.get("task"),
-                               options.get("instruction"))
-    return load_any_episode(path, EpisodeTopics(**topics), defaults,
-                            options.get("max_skew_s", 0.05),
-                            options.get("gripper_joint", "gripper"))
-
-
 def run(args) -> dict:
     """Collect held-out samples and write the calibration; returns it as a dict."""
     from heisd_ros.calibration.verify_skip import CalibrationConfig, calibrate, collect_samples
     from heisd_ros.data.npz_episodes import iter_episode_paths
     from heisd_ros.kinematics.router import KinematicRouter, RouterConfig, RouterStats
-    from heisd_ros.models.loading import load_target
     from heisd_ros.retrieval.embedding import model_fingerprint
     from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
     from heisd_ros.retrieval.store import open_store
     from heisd_ros.retrieval.store_config import StoreConfig
+    from heisd_ros.tools._common import episode_loader, load_target_from_args
 
     stats_dir = Path(args.stats_dir or args.db)
     offline = json.loads((stats_dir / "offline_stats.json").read_text(encoding="utf-8"))
@@ -74,7 +61,8 @@ def run(args) -> dict:
     if not paths:
         raise ValueError("held-out: no held-out episodes (build the DB with --hold-out-every "
                          "> 0, or pass --held-out)")
-    target, description = load_target(args.target, args.seed)
+    load = episode_loader(offline)
+    target, description = load_target_from_args(args)
     fingerprint = model_fingerprint(target)
     config = CalibrationConfig(precision=args.precision, min_support=args.min_support)
     store = open_store(StoreConfig(path=args.db, exact_search=args.exact),
@@ -83,7 +71,7 @@ def run(args) -> dict:
         retriever = Retriever(store, RetrieverConfig(k=1, demote_steps=0))
         samples = {}
         for path in paths:
-            record = held_out_episode(path, offline.get("bag_options"))
+            record = load(path)
             entry = offline.get("router_stats", {}).get(record.suite, {})
             router = None
             if "path" in entry:

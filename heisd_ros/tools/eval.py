@@ -11,6 +11,9 @@ Examples:
         --methods ar drafter drafter_relaxed retrieval router_only router_skip heisd \
         --drafter runs/drafter/draft_head.safetensors --json runs/eval/eval.json
     heisd-eval --suites piper_goal --tasks red_block_on_plate --episodes 1 --max-steps 5
+    heisd-eval --suites piper_goal --episodes 5 --methods ar heisd --db db_openvla \
+        --model openvla --checkpoint ckpt/openvla-7b-ft --unnorm-key KEY \
+        --drafter runs/drafter_openvla/draft_head.safetensors    # on a GPU
 
 Needs MUJOCO_GL=egl (or glfw/osmesa) for rendering.
 """
@@ -38,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     p.add_argument("--max-steps", type=int, default=None, help="default: each task's limit")
     p.add_argument("--image-size", type=int, default=224, help="camera width = height, px")
-    add_decoder_arguments(p)
+    add_decoder_arguments(p, closed_loop=True)
     p.add_argument("--drafter-ms", type=float, default=1.0,
                    help="assumed draft-head forward cost on the projected GPU, ms")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -149,7 +152,7 @@ def _run_tasks(args, methods, tasks, bar=None):
     from heisd_ros.sim.config import SimConfig
 
     sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
-    ctx, desc = context_from_args(args, methods, warn=_warn)
+    ctx, desc = context_from_args(args, methods, warn=_warn, closed_loop=True)
 
     def progress(suite, task, seed, method, success):
         if bar is not None:

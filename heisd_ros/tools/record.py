@@ -12,6 +12,8 @@ Examples:
     heisd-record --suite piper_goal --task red_block_on_plate --policy expert \
         --camera-format jpeg --out runs/jpeg_bags  # CompressedImage on <camera>/compressed
     heisd-replay runs/bags/piper_goal/red_block_on_plate/episode_000000_bag --methods drafter
+    heisd-record --suite piper_goal --task red_block_on_plate --policy heisd --db db_openvla \
+        --model openvla --checkpoint ckpt/openvla-7b-ft --unnorm-key KEY --out runs/bags
 
 Needs MUJOCO_GL=egl (or glfw/osmesa) for rendering.
 """
@@ -44,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cameras as sensor_msgs/Image in this encoding (rgb8, bgr8, mono8) or, "
                         "as image_transport's compressed transport, CompressedImage (jpeg, png) "
                         "on <camera topic>/compressed")
-    add_decoder_arguments(p)
+    add_decoder_arguments(p, closed_loop=True)
     p.add_argument("--overwrite", action="store_true",
                    help="replace the bags of these seeds if they exist")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -79,7 +81,7 @@ def run(args) -> list[dict]:
             )
 
             check_methods([args.policy])
-            ctx, _ = context_from_args(args, [args.policy], warn=_warn)
+            ctx, _ = context_from_args(args, [args.policy], warn=_warn, closed_loop=True)
             ctx.resources.router_stats = router_stats_for(args.suite, args.router_stats, args.db)
             policy = DecoderPolicy(build_method(args.policy, ctx), task=args.task)
         with tqdm(total=args.episodes, unit="episode", file=sys.stderr) as bar:

@@ -11,6 +11,9 @@ Examples:
     heisd-train-drafter --target small_vla.safetensors --observations 1024 --out runs/dr --resume
     # observations from the simulator's npz demonstrations (heisd-collect --format npz)
     heisd-train-drafter --demos data/demos_128 --observations 512 --out runs/dr
+    # an OpenVLA checkpoint, observations from recorded bags (heisd-record, ros2 bag record)
+    heisd-train-drafter --model openvla --checkpoint ckpt/openvla-7b-ft --unnorm-key KEY \
+        --demos runs/bags --observations 4096 --out runs/drafter_openvla
 
 Writes ``OUT/draft_head.safetensors``, ``OUT/card.json`` (data, steps, loss, held-out
 acceptance) and ``OUT/train_state.pt`` (checkpoint for ``--resume``). The library function
@@ -81,29 +84,50 @@ def train(target, target_description: str, observations, heldout, out_dir, confi
     return card
 
 
-def demo_observations(root, n: int, heldout: bool, seed: int) -> list:
-    """``n`` observations spread over the npz demos under ``root``.
+def _demo_episodes(root) -> dict:
+    """Task -> sorted episodes under ``root``: npz files (heisd-collect), else rosbag2 bags.
 
-    The last seed of every task is the held-out episode (``heldout=True`` draws from those
-    only, else from the rest), as in ``heisd-train-vla``'s validation split.
+    Bags are read as ``heisd-build-db`` reads them with its default topics; their task comes
+    from the custom data ``heisd-record`` and ``heisd-collect --format mcap`` write.
+    """
+    from heisd_ros.data import bag_episodes
+    from heisd_ros.data.npz_episodes import iter_episode_paths
+
+    by_task: dict = {}
+    root = Path(root)
+    npz = [] if bag_episodes.is_bag(root) else iter_episode_paths(root)
+    if npz:
+        for path in npz:
+            by_task.setdefault(path.parent, []).append(path)
+    else:
+        for path in bag_episodes.find_bags(root):
+            by_task.setdefault(bag_episodes.bag_identity(path)["task"], []).append(path)
+    return {task: sorted(paths) for task, paths in by_task.items()}
+
+
+def demo_observations(root, n: int, heldout: bool, seed: int) -> list:
+    """``n`` observations spread over the demonstrations under ``root`` (npz or rosbag2).
+
+    The last episode of every task is the held-out episode (``heldout=True`` draws from
+    those only, else from the rest), as in ``heisd-train-vla``'s validation split.
     """
     import numpy as np
 
-    from heisd_ros.data.npz_episodes import iter_episode_paths, iter_steps
+    from heisd_ros.data.bag_episodes import load_any_episode
+    from heisd_ros.data.npz_episodes import iter_steps
 
-    by_task: dict = {}
-    for path in iter_episode_paths(root):
-        by_task.setdefault(path.parent, []).append(path)
-    paths = [p for group in by_task.values() for p in
-             (sorted(group)[-1:] if heldout else sorted(group)[:-1])]
+    by_task = _demo_episodes(root)
+    paths = [p for group in by_task.values() for p in (group[-1:] if heldout else group[:-1])]
     if not paths:
-        raise ValueError(f"--demos: no episodes under {root}")
+        raise ValueError(f"--demos: no {'held-out ' if heldout else 'training '}episodes under "
+                         f"{root} (npz demonstrations or rosbag2 recordings; the last episode "
+                         f"of every task is held out, so a task needs two)")
     rng = np.random.default_rng(seed)
     per_episode = np.bincount(rng.integers(0, len(paths), size=n), minlength=len(paths))
     picked = []
     for path, k in zip(paths, per_episode, strict=True):
         if k:
-            steps = [obs for obs, _ in iter_steps(path)]
+            steps = [obs for obs, _ in iter_steps(load_any_episode(path))]
             picked += [steps[i] for i in sorted(rng.choice(len(steps), size=min(k, len(steps)),
                                                            replace=False))]
     return picked
@@ -117,8 +141,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "weights if present, else a seeded random init)")
     add_model_arguments(parser)
     parser.add_argument("--observations", type=int, default=256, help="training observations")
-    parser.add_argument("--demos", default=None, help="npz demonstrations to draw observations "
-                        "from (default: synthetic scenes)")
+    parser.add_argument("--demos", default=None, help="demonstrations to draw observations "
+                        "from: an npz root (heisd-collect) or rosbag2 recordings (a bag, or a "
+                        "root holding bags, e.g. heisd-record's; default: synthetic scenes)")
     parser.add_argument("--heldout", type=int, default=32, help="held-out observations")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=600)
@@ -141,8 +166,8 @@ def run(args) -> dict:
     if args.demos:
         data = demo_observations(args.demos, args.observations, False, args.seed)
         heldout = demo_observations(args.demos, args.heldout, True, args.seed + 1)
-        described = (f"{len(data)} steps of npz demos {args.demos} (held out: {len(heldout)} "
-                     f"steps of the last seed of every task; seed={args.seed})")
+        described = (f"{len(data)} steps of the demos {args.demos} (held out: {len(heldout)} "
+                     f"steps of the last episode of every task; seed={args.seed})")
     else:
         data = SyntheticScenes(args.observations, seed=args.seed)
         heldout = SyntheticScenes(args.heldout, seed=args.seed + 1_000_003)

@@ -6,9 +6,25 @@ rest (the gripper) through. Fine-tuning writes this file next to the weights; th
 statistics inside ``config.json`` (``norm_stats``) are deliberately not used as a fallback,
 because for a fine-tuned model they are the wrong ones.
 
-Gripper convention: OpenVLA's Open-X data pipeline stores the gripper as 1 = open, 0 = closed
-(its LIBERO evaluation inverts it back before acting); this project uses 0 = open,
-1 = closed. :class:`OpenVLACodec` converts at the codec, so bins stay the model's own.
+Gripper convention, from OpenVLA's own code (github.com/openvla/openvla):
+
+- ``prismatic/vla/datasets/rlds/oxe/transforms.py`` brings every dataset's gripper action to
+  [0, 1] with 1 = open, 0 = closed (e.g. LIBERO's -1 = open / +1 = close is clipped and
+  inverted); ``mask`` leaves it un-normalised, so the model predicts that value directly
+  (``predict_action`` returns the bin centre for the gripper).
+- ``experiments/robot/robot_utils.py``: ``normalize_gripper_action(binarize=True)`` maps
+  [0, 1] to [-1, +1] and takes the sign, i.e. open exactly when the value is above 0.5
+  (+1 = open); ``invert_gripper_action`` flips the sign for environments where -1 = open
+  (LIBERO). Which of these a robot needs is the robot's convention, not the model's.
+
+Here: :class:`OpenVLACodec` binarises the model's value at 0.5 (``ActionStats.
+gripper_threshold``, the same decision as the sign above) and turns 1 = open into this
+project's 0 = open / 1 = closed, so bins stay the model's own. The policy node sends
+``EECommand.GRIPPER_CLOSED`` for 1 and ``GRIPPER_OPEN`` for 0; the PIPER driver commands
+``gripper.open_width_m`` (0.07 m, the PIPER gripper's full opening) or
+``gripper.closed_width_m`` (0 m, with ``gripper_effort_nm``), and only for a gripper token
+the target produced itself. A checkpoint fine-tuned on 1 = closed data (not through
+OpenVLA's transforms) needs ``gripper_open_is_one=False``.
 """
 
 from __future__ import annotations

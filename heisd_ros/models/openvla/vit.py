@@ -100,6 +100,51 @@ OPENVLA_VITS: dict[str, ViTSpec] = {
 }
 
 
+def read_vision_specs(path) -> tuple[ViTSpec, ViTSpec]:
+    """(DINOv2 spec, SigLIP spec) from a JSON file: a list of two objects of ViTSpec fields.
+
+    For a checkpoint whose backbones are not the ones its ``timm_model_ids`` name in
+    :data:`OPENVLA_VITS` (e.g. a reduced-size checkpoint in the OpenVLA layout); the loader
+    then checks every tensor shape against these specs as usual. Example entry::
+
+        {"name": "vit_small_reg4_dinov2", "family": "dinov2", "embed_dim": 384, "depth": 12,
+         "num_heads": 6, "mlp_dim": 1536, "reg_tokens": 4, "class_token": true}
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: not two valid specs (names the field).
+    """
+    import json
+    from dataclasses import fields
+    from pathlib import Path
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"vision_specs: {path} is not a file")
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"vision_specs: {path} is not valid JSON ({err})") from err
+    if not isinstance(entries, list) or len(entries) != 2 or not all(
+            isinstance(e, dict) for e in entries):
+        raise ValueError(f"vision_specs: {path} must hold a list of two backbone objects "
+                         "(DINOv2, then SigLIP)")
+    known = {f.name for f in fields(ViTSpec)}
+    specs = []
+    for entry in entries:
+        unknown = sorted(set(entry) - known)
+        if unknown:
+            raise ValueError(f"vision_specs: {path}: unknown fields {unknown}; valid: "
+                             f"{sorted(known)}")
+        values = {k: tuple(v) if k in ("mean", "std") else v for k, v in entry.items()}
+        try:
+            specs.append(ViTSpec(**values))
+        except TypeError as err:    # a required field missing
+            raise ValueError(f"vision_specs: {path}: {err}") from err
+        except ValueError as err:
+            raise ValueError(f"vision_specs: {path}: {err}") from err
+    return specs[0], specs[1]
+
+
 def _block(spec: ViTSpec, attn_implementation: str) -> nn.Module:
     """One transformers encoder layer equivalent to timm's ``Block`` for ``spec``."""
     if spec.family == "dinov2":
