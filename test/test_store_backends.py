@@ -318,3 +318,57 @@ def test_an_embedded_db_open_in_another_process_is_named_as_such(tmp_path):
     with open_store(cfg, dimension=DIM, model_fingerprint=FP) as store:
         store.warm_up()
         assert store.count(TASK) == 20
+
+
+def _concentrated(n: int, seed: int = 0) -> np.ndarray:
+    """Rows that all point one way (pairwise cosines about 0.9-0.99), like camera embeddings."""
+    rng = np.random.default_rng(seed)
+    common = rng.normal(size=DIM)
+    return (4.0 * common / np.linalg.norm(common)
+            + 0.4 * rng.normal(size=(n, DIM))).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_centered_db_gives_the_cosine_neighbours_and_scores(kind, exact, tmp_path):
+    vecs = _concentrated(300)
+    cfg = _config(kind, tmp_path, centering=True, exact_search=exact)
+    store = open_store(cfg, create=True, dimension=DIM, model_fingerprint=FP)
+    store.create_collection(TASK)
+    store.upsert(TASK, range(200), vecs[:200], [{"step": i} for i in range(200)])
+    store.upsert(TASK, range(200, 300), vecs[200:], [{"step": i} for i in range(200, 300)])
+    store.finalize()
+    center = np.asarray(store.manifest.center)  # the first batch's mean direction
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    assert np.allclose(center, unit[:200].mean(axis=0), atol=1e-6)
+    store.close()
+    store = open_store(cfg, dimension=DIM, model_fingerprint=FP)  # kept across reopening
+    assert store.manifest.distance == "cosine_centered"
+    assert np.allclose(store.manifest.center, center)
+    for query in _concentrated(5, seed=1):
+        want_ids, want_scores = _cosine_topk(vecs, query, 5)
+        hits = store.search(TASK, query, 5)
+        assert [h.id for h in hits] == want_ids
+        np.testing.assert_allclose([h.score for h in hits], want_scores, atol=2e-5)
+        assert hits[0].payload["step"] == want_ids[0]
+    if kind == "edge":
+        ids, exported = store.export(TASK)
+        np.testing.assert_allclose(exported, unit[ids], atol=1e-6)
+    store.close()
+
+
+def test_a_db_keeps_how_it_was_built_whatever_the_serving_config(tmp_path):
+    cfg = _config("edge", tmp_path, centering=True)
+    with open_store(cfg, create=True, dimension=DIM, model_fingerprint=FP) as store:
+        store.create_collection(TASK)
+        store.upsert(TASK, range(50), _concentrated(50), [{}] * 50)
+    plain = _config("edge", tmp_path)  # a serving config without centering
+    with open_store(plain, dimension=DIM, model_fingerprint=FP) as store:
+        assert store.centered
+        query = _concentrated(1, seed=3)[0]
+        assert [h.id for h in store.search(TASK, query, 3)] == _cosine_topk(
+            _concentrated(50), query, 3)[0]
+    with pytest.raises(ValueError, match="centering"):
+        StoreConfig(path="x", centering="yes")
+    with pytest.raises(ValueError, match="center"):
+        DbManifest(dimension=2, model_fingerprint=FP, center=(0.1, 0.2))

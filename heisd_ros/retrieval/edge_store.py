@@ -106,7 +106,8 @@ class EdgeStore(VectorStore):
                 type=qe.ScalarType.Int8, quantile=stored.get("quantile", INT8_QUANTILE),
                 memory=qe.Memory.Pinned)
         return qe.EdgeConfig(
-            vectors=qe.EdgeVectorParams(size=self.dimension, distance=qe.Distance.Cosine,
+            vectors=qe.EdgeVectorParams(size=self.dimension, distance=(
+                qe.Distance.Euclid if self.centered else qe.Distance.Cosine),
                                         datatype=dtype, quantization_config=quantization_config),
             hnsw_config=qe.HnswIndexConfig(m=cfg.hnsw_m, ef_construct=cfg.hnsw_ef_construct,
                                            full_scan_threshold=cfg.full_scan_threshold_kb),

@@ -89,7 +89,8 @@ class QdrantStore(VectorStore):
             return
         self._client.create_collection(
             target, vectors_config=m.VectorParams(
-                size=self.dimension, distance=m.Distance.COSINE,
+                size=self.dimension,
+                distance=m.Distance.EUCLID if self.centered else m.Distance.COSINE,
                 datatype=m.Datatype.FLOAT16 if cfg.vector_datatype == "float16" else None),
             shard_number=cfg.shard_number, replication_factor=cfg.replication_factor,
             hnsw_config=m.HnswConfigDiff(m=cfg.hnsw_m, ef_construct=cfg.hnsw_ef_construct,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -118,6 +118,8 @@ class VectorStore(abc.ABC):
             raise ValueError("ids: expected unique ints in [0, 2**64)")
         if not np.all(np.isfinite(vecs)) or np.any(np.linalg.norm(vecs, axis=1) == 0):
             raise ValueError("vectors: expected finite, non-zero rows (cosine distance)")
+        if self.centered:
+            vecs = self._centered(vecs, first=True)
         rows = []
         for payload in payloads:
             if payload.get("task", task) != task:
@@ -142,8 +144,14 @@ class VectorStore(abc.ABC):
             raise BadQueryError(f"k: expected an int >= 1, got {k!r}")
         if deadline_s is not None and not deadline_s > 0:
             raise BadQueryError(f"deadline_s: expected > 0 s or None, got {deadline_s}")
-        return self._guard(f"search {task!r}", self._search, name, task, query, int(k),
-                           deadline_s)
+        if not self.centered:
+            return self._guard(f"search {task!r}", self._search, name, task, query, int(k),
+                               deadline_s)
+        hits = self._guard(f"search {task!r}", self._search, name, task,
+                           self._centered(query[None])[0], int(k), deadline_s)
+        # Euclidean distance d of unit vectors (a shift keeps it): cos = 1 - d^2 / 2
+        return [Hit(h.id, float(np.clip(1.0 - 0.5 * h.score * h.score, -1.0, 1.0)), h.payload)
+                for h in hits]
 
     def count(self, task: str) -> int:
         """Number of points in the task's collection."""
@@ -169,8 +177,10 @@ class VectorStore(abc.ABC):
         name = self._name(task)
         ids, vectors = self._guard(f"export {task!r}", self._export, name, task)
         order = np.argsort(ids, kind="stable")
-        return (np.asarray(ids, np.int64)[order],
-                np.asarray(vectors, np.float32).reshape(-1, self.dimension)[order])
+        vectors = np.asarray(vectors, np.float32).reshape(-1, self.dimension)[order]
+        if self.centered and self.manifest.center is not None:
+            vectors = vectors + np.asarray(self.manifest.center, np.float32)  # unit vectors
+        return np.asarray(ids, np.int64)[order], vectors
 
     def finalize(self) -> None:
         """Build the search index and persist everything (call after bulk upserts)."""
@@ -188,6 +198,22 @@ class VectorStore(abc.ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    @property
+    def centered(self) -> bool:
+        """Whether the DB stores centred unit vectors ("cosine_centered", see store_config)."""
+        return self.manifest.distance == "cosine_centered"
+
+    def _centered(self, vectors: np.ndarray, first: bool = False) -> np.ndarray:
+        """Unit rows minus the DB's center; ``first``: the first vectors stored set it."""
+        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        if self.manifest.center is None:
+            if not first:
+                return unit.astype(np.float32)  # an empty DB: any center gives no hits
+            center = tuple(float(v) for v in unit.mean(axis=0))
+            self._manifest = replace(self.manifest, center=center)
+            self._guard("save DB metadata", self._save_meta_now)
+        return (unit - np.asarray(self.manifest.center, np.float32)).astype(np.float32)
 
     def check_query(self, vector: np.ndarray) -> np.ndarray:
         """Return ``vector`` as float32 (dimension,), or raise a BAD_REQUEST error."""
@@ -211,7 +237,9 @@ class VectorStore(abc.ABC):
             if dimension is None or model_fingerprint is None:
                 raise ValueError("dimension/model_fingerprint: both are needed to create a DB "
                                  f"at {self._where()}")
-            self._manifest = DbManifest(dimension=dimension, model_fingerprint=model_fingerprint)
+            self._manifest = DbManifest(
+                dimension=dimension, model_fingerprint=model_fingerprint,
+                distance="cosine_centered" if self.config.centering else "cosine")
             self._guard("save DB metadata", self._save_meta_now)
             return
         try:

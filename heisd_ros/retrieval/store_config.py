@@ -20,6 +20,14 @@ VECTOR_DATATYPES: tuple[str, ...] = ("float32", "float16")
 QUANTIZATIONS: tuple[str, ...] = ("none", "int8")
 #: int8 range: this quantile of the values (outliers are clipped), for every backend.
 INT8_QUANTILE = 0.99
+#: How a DB compares vectors. "cosine": the backend's cosine distance on the stored vectors.
+#: "cosine_centered": unit vectors minus the DB's mean direction, searched by Euclidean
+#: distance; for unit vectors |q - x|^2 = 2 - 2 cos(q, x), and a shift changes no distance,
+#: so the ranking is the cosine ranking and the store reports 1 - d^2 / 2, the cosine. What
+#: changes is what the index sees: without the component every vector shares (embeddings of
+#: one robot's camera frames point the same way, pairwise cosines up to 0.99), int8
+#: quantization spends its 256 levels on what tells the vectors apart.
+DISTANCES: tuple[str, ...] = ("cosine", "cosine_centered")
 #: Bump when the payload layout (see ``records.py``) changes incompatibly.
 PAYLOAD_SCHEMA_VERSION = 1
 MANIFEST_FORMAT = "heisd-retrieval-db"
@@ -60,6 +68,11 @@ class StoreConfig:
         quantization_oversampling: the quantized search fetches ``oversampling * k``
             candidates before rescoring them to the top k (finite, >= 1); applies to every
             query of a quantized collection.
+        centering: when a DB is created: store unit vectors minus the DB's mean direction
+            and search them by Euclidean distance ("cosine_centered" in
+            :data:`DISTANCES`: the same neighbours and cosine scores as cosine search, but
+            int8 quantization keeps its precision on embeddings that all point one way); an
+            existing DB keeps how it was built.
         payload_cache: edge backend: keep every point's payload in process memory (~0.5 KB
             per point, filled when a task is first searched or warmed up), so a search reads
             no payload from disk; False fetches the k payloads from the shard per search.
@@ -85,8 +98,11 @@ class StoreConfig:
     quantization: str = "none"
     quantization_rescore: bool = True
     quantization_oversampling: float = 2.0
+    centering: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.centering, bool):
+            raise ValueError(f"centering: expected a bool, got {self.centering!r}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend: unknown backend {self.backend!r}; valid: {list(BACKENDS)}")
         if self.vector_datatype not in VECTOR_DATATYPES:
@@ -158,14 +174,17 @@ class DbManifest:
         dimension: embedding dimension of every vector.
         model_fingerprint: identifies the embedding model/config (e.g. checkpoint hash +
             pooling); retrieval with another embedding would return nonsense neighbours.
-        distance: always "cosine" (HeiSD uses L2-normalised embeddings).
+        distance: one of :data:`DISTANCES` (scores are cosine similarities either way).
         payload_schema_version: version of the payload layout in ``records.py``.
+        center: "cosine_centered": the mean direction subtracted from every unit vector
+            (set from the first vectors stored; None before any).
     """
 
     dimension: int
     model_fingerprint: str
     distance: str = "cosine"
     payload_schema_version: int = PAYLOAD_SCHEMA_VERSION
+    center: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.dimension, bool) or not isinstance(self.dimension, int) \
@@ -174,14 +193,26 @@ class DbManifest:
         if not isinstance(self.model_fingerprint, str) or not self.model_fingerprint.strip():
             raise ValueError(f"model_fingerprint: expected a non-empty string, "
                              f"got {self.model_fingerprint!r}")
-        if self.distance != "cosine":
-            raise ValueError(f"distance: only 'cosine' is supported, got {self.distance!r}")
+        if self.distance not in DISTANCES:
+            raise ValueError(f"distance: expected one of {list(DISTANCES)}, got "
+                             f"{self.distance!r}")
+        if self.center is not None:
+            if self.distance != "cosine_centered":
+                raise ValueError(f"center: only a 'cosine_centered' DB has one, this one is "
+                                 f"{self.distance!r}")
+            if len(self.center) != self.dimension or not all(
+                    math.isfinite(v) for v in self.center):
+                raise ValueError(f"center: expected {self.dimension} finite values, got "
+                                 f"{len(self.center)}")
 
     def to_dict(self) -> dict:
         """JSON-ready form, tagged with the manifest format."""
-        return {"format": MANIFEST_FORMAT, "dimension": self.dimension,
-                "model_fingerprint": self.model_fingerprint, "distance": self.distance,
-                "payload_schema_version": self.payload_schema_version}
+        out = {"format": MANIFEST_FORMAT, "dimension": self.dimension,
+               "model_fingerprint": self.model_fingerprint, "distance": self.distance,
+               "payload_schema_version": self.payload_schema_version}
+        if self.center is not None:
+            out["center"] = [float(v) for v in self.center]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> DbManifest:
@@ -193,7 +224,9 @@ class DbManifest:
             raise ValueError(f"manifest: missing fields {missing}")
         return cls(dimension=data["dimension"], model_fingerprint=data["model_fingerprint"],
                    distance=data.get("distance", "cosine"),
-                   payload_schema_version=data.get("payload_schema_version", 1))
+                   payload_schema_version=data.get("payload_schema_version", 1),
+                   center=None if data.get("center") is None
+                   else tuple(float(v) for v in data["center"]))
 
 
 def collection_name(prefix: str, task: str) -> str:
