@@ -10,7 +10,7 @@ import pytest
 from heisd_ros.retrieval.embedding import ID_STRIDE
 from heisd_ros.retrieval.store import open_store
 from heisd_ros.retrieval.store_config import StoreConfig
-from heisd_ros.tools import bench
+from heisd_ros.tools import bench, retrieval_vectors
 
 
 def test_synthetic_rows_have_latency_cpu_time_and_recall(tmp_path, capsys):
@@ -61,28 +61,82 @@ def test_oversampling_below_one_is_refused(capsys):
     assert "--oversampling" in capsys.readouterr().err
 
 
-def test_db_source_holds_out_whole_demonstrations(tmp_path):
+def _db(tmp_path, dim=24, shared=0.0):
+    """A DB of 15 demonstrations of 6 steps (10 of task a, 5 of b).
+
+    ``shared``: a component every vector has (one robot's frames all point one way).
+    """
     rng = np.random.default_rng(0)
-    db, dim = tmp_path / "db", 24
+    db = tmp_path / "db"
+    common = rng.normal(size=dim)
     with open_store(StoreConfig(path=str(db)), create=True, dimension=dim,
                     model_fingerprint="fp") as store:
         for task, episodes in (("a", range(0, 10)), ("b", range(10, 15))):
             store.create_collection(task)
             for e in episodes:
-                vecs = rng.normal(size=(6, dim)).astype(np.float32)
+                vecs = (rng.normal(size=(6, dim)) + shared * common).astype(np.float32)
                 store.upsert(task, [e * ID_STRIDE + t for t in range(6)], vecs,
                              [{"step": t} for t in range(6)])
         store.finalize()
-    vectors, queries, info = bench.db_vectors(str(db), queries=100, query_every=5)
+    return db
+
+
+def test_db_source_holds_out_whole_demonstrations(tmp_path):
+    db, dim = _db(tmp_path), 24
+    source = retrieval_vectors.read_db(str(db), query_every=5)
     # Held out: episodes 4, 9 of task a and 14 of task b (every 5th of each task).
-    assert info["tasks"] == ["a", "b"] and info["query_points"] == 3 * 6
-    assert vectors.shape == (12 * 6, dim) and queries.shape == (18, dim)
-    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert source["tasks"] == ["a", "b"] and source["queries"].shape == (18, dim)
+    assert source["vectors"].shape == (12 * 6, dim)
+    np.testing.assert_allclose(np.linalg.norm(source["vectors"], axis=1), 1.0, atol=1e-5)
     out = tmp_path / "r.json"
-    assert bench.main(["retrieval", "--db", str(db), "--sizes", "50,1000", "--queries", "10",
-                       "--ef", "16", "--k", "4", "--qdrant-max", "0", "--query-every", "5",
-                       "--workdir", str(tmp_path), "--json", str(out)]) == 0
+    assert bench.main(["retrieval", "--from-db", str(db), "--sizes", "50,200", "--queries",
+                       "10", "--ef", "16", "--k", "4", "--qdrant-max", "0", "--query-every",
+                       "5", "--workdir", str(tmp_path), "--json", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["source"]["kind"] == "db" and result["source"]["points"] == 72
-    assert [r["n"] for r in result["rows"]] == [50, 72]
+    assert result["source"]["kind"] == "db" and result["source"]["source_points"] == 72
+    assert [r["n"] for r in result["rows"]] == [50, 200]  # 200: grown between steps
     assert all(r["dim"] == dim and r["queries"] == 10 for r in result["rows"])
+
+
+def test_grown_points_lie_between_consecutive_steps_of_a_demonstration():
+    vectors = np.eye(4, dtype=np.float32)
+    ids = np.array([0, 1, 2, ID_STRIDE])  # steps 0-2 of one demo, step 0 of the next
+    grown = retrieval_vectors.grow(vectors, ids, 40, seed=0)
+    extra = grown[4:]
+    assert len(grown) == 40 and np.allclose(np.linalg.norm(extra, axis=1), 1.0, atol=1e-6)
+    assert not extra[:, 3].any()  # never towards the other demonstration
+    # each new point mixes steps (0, 1) or (1, 2) only
+    assert all(np.count_nonzero(row) <= 2 and (row[0] == 0 or row[2] == 0) for row in extra)
+
+
+def test_lifting_keeps_every_inner_product_and_concentration_reaches_its_target():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 16)).astype(np.float32) + 1.0
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    lifted = retrieval_vectors.lift(x, 128, seed=3)
+    np.testing.assert_allclose(lifted @ lifted.T, x @ x.T, atol=1e-5)
+    dense, queries, _ = retrieval_vectors.concentrate(x, x[:5], 0.9)
+    assert retrieval_vectors.mean_cosine(dense) == pytest.approx(0.9, abs=1e-3)
+    # the offsets from the mean direction keep their order: nearest neighbours stay
+    for i in range(5):
+        assert np.argsort(-(x @ x[i]))[1] == np.argsort(-(dense @ queries[i]))[1]
+    with pytest.raises(ValueError, match="lifting"):
+        retrieval_vectors.lift(x, 8, seed=0)
+
+
+def test_centering_is_compared_side_by_side_on_concentrated_vectors(tmp_path):
+    db = _db(tmp_path, shared=3.0)
+    out = tmp_path / "r.json"
+    assert bench.main(["retrieval", "--from-db", str(db), "--sizes", "300", "--dims", "64",
+                       "--concentration", "0.95", "--queries", "10", "--ef", "16", "--k", "4",
+                       "--quantization", "int8", "--centering", "off,on", "--qdrant-max", "0",
+                       "--query-every", "5", "--workdir", str(tmp_path), "--json",
+                       str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [r["backend"] for r in result["rows"]] == ["edge-hnsw-int8",
+                                                      "edge-hnsw-int8-centered"]
+    assert [r["centering"] for r in result["rows"]] == [False, True]
+    assert result["source"]["dim"] == 64 and result["source"]["concentration"] == 0.95
+    assert 0.85 < result["source"]["pairwise_cosine_p1_p50_p99"][1] < 1.0
+    with pytest.raises(SystemExit):
+        bench.parse_args(["retrieval", "--centering", "maybe"])

@@ -310,43 +310,6 @@ def _exact_top_k(vectors, queries, k: int):
     return best_ids
 
 
-def db_vectors(path: str, queries: int, query_every: int = 10, exclude_queries: bool = True):
-    """(vectors, query vectors, info) from a DB built by heisd-build-db (our own demos).
-
-    Every ``query_every``-th demonstration (point id // ID_STRIDE) of each task is a query
-    episode: its steps, evenly subsampled to ``queries``, are the queries, and (with
-    ``exclude_queries``) they stay out of the indexed vectors, like a new run of the task.
-    All tasks' points go into one collection (as the synthetic data does).
-    """
-    import numpy as np
-
-    from heisd_ros.retrieval.embedding import ID_STRIDE
-    from heisd_ros.retrieval.store import open_store
-    from heisd_ros.retrieval.store_config import StoreConfig
-
-    base, held, tasks = [], [], []
-    with open_store(StoreConfig(path=path)) as store:
-        for task in store.list_collections():
-            ids, vecs = store.export(task)
-            episodes = ids // ID_STRIDE
-            chosen = np.unique(episodes)[query_every - 1::query_every] if query_every else []
-            is_query = np.isin(episodes, chosen)
-            held.append(vecs[is_query])
-            base.append(vecs[~is_query] if exclude_queries else vecs)
-            tasks.append(task)
-    vectors, query_pool = np.concatenate(base), np.concatenate(held)
-    if len(query_pool) == 0:
-        raise ValueError(f"--db: {path} has no demonstration to hold out as queries "
-                         f"(--query-every {query_every}); use a DB with more episodes")
-    pick = np.linspace(0, len(query_pool) - 1, min(queries, len(query_pool))).round()
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    query_vecs = query_pool[np.unique(pick.astype(int))]
-    query_vecs /= np.linalg.norm(query_vecs, axis=1, keepdims=True)
-    return vectors.astype(np.float32), query_vecs.astype(np.float32), {
-        "db": str(path), "tasks": tasks, "points": int(len(vectors)),
-        "query_points": int(len(query_pool))}
-
-
 def run_retrieval(args) -> dict:
     """The ``retrieval`` subcommand: every (size, dim, backend) combination; returns the JSON."""
     import shutil
@@ -356,36 +319,44 @@ def run_retrieval(args) -> dict:
     from heisd_ros.retrieval.store_config import StoreConfig
 
     rows, source = [], {"kind": "synthetic", "noise": args.noise}
-    if args.db:
-        db_vecs, db_queries, info = db_vectors(args.db, args.queries, args.query_every)
-        source = {"kind": "db", **info}
-        dims = [db_vecs.shape[1]]
-    else:
-        dims = [int(d) for d in args.dims.split(",")]
+    dims = [int(d) for d in args.dims.split(",")] if args.dims else [None]
+    centerings = [{"off": False, "on": True}[c] for c in args.centering.split(",")]
+    quantizations = args.quantization.split(",")
     for dim in dims:
         for n in (int(s) for s in args.sizes.split(",")):
             if args.db:
-                if n > len(db_vecs) and rows and rows[-1]["n"] == len(db_vecs):
-                    continue   # every size beyond the DB is the whole DB
-                vectors, queries = db_vecs[:n], db_queries
+                from heisd_ros.tools.retrieval_vectors import ShapeOptions, real_shaped
+
+                vectors, queries, info = real_shaped(args.db, n, args.queries, ShapeOptions(
+                    concentration=args.concentration, dim=dim, perturb=args.perturb,
+                    query_every=args.query_every, seed=args.seed))
+                source = {"kind": "db", **info}
+                print(f"vectors from {args.db}: {len(vectors)} x {vectors.shape[1]}, pairwise "
+                      f"cosine p1/p50/p99 {info['pairwise_cosine_p1_p50_p99']}",
+                      file=sys.stderr)
             else:
+                dim = dim or 256
                 vectors = demo_shaped_vectors(n, dim, seed=args.seed, noise=args.noise)
                 queries = demo_shaped_vectors(args.queries * 13, dim, seed=args.seed,
                                               noise=args.noise, episode_seed=args.seed + 1)[::13]
             start = time.perf_counter()
             _exact_top_k(vectors, queries[:20], args.k)
             exact_ms = (time.perf_counter() - start) * 1e3 / len(queries[:20])
-            quantized = args.quantization != "none"
-            suffix = f"-{args.quantization}" if quantized else ""
-            backends = [((f"edge-{dt}" if dt != "float32" else "edge-hnsw") + suffix,
-                         {"backend": "edge", "vector_datatype": dt,
-                          "quantization": args.quantization})
-                        for dt in args.datatypes.split(",")]
+            backends = []
+            for quantization in quantizations:
+                for centered in centerings:
+                    for dt in args.datatypes.split(","):
+                        name = ("edge-" + (dt if dt != "float32" else "hnsw")
+                                + (f"-{quantization}" if quantization != "none" else "")
+                                + ("-centered" if centered else ""))
+                        backends.append((name, {"backend": "edge", "vector_datatype": dt,
+                                                "quantization": quantization,
+                                                "centering": centered}))
             if len(vectors) <= args.qdrant_max:
                 # Local mode searches exactly and ignores quantization: recorded as "none".
                 backends.append(("qdrant-local", {"backend": "qdrant",
                                                   "vector_datatype": "float32",
-                                                  "quantization": "none"}))
+                                                  "quantization": "none", "centering": False}))
             for name, kwargs in backends:
                 root = Path(tempfile.mkdtemp(prefix="heisd_bench_", dir=args.workdir))
                 try:
@@ -400,13 +371,14 @@ def run_retrieval(args) -> dict:
                     results = bench_store(config, vectors, queries, args.k, efs)
                 finally:
                     shutil.rmtree(root, ignore_errors=True)
+                quantized = kwargs["quantization"] != "none"
                 index = {"vector_datatype": kwargs["vector_datatype"], "hnsw_m": args.m,
                          "hnsw_ef_construct": args.ef_construct,
                          "quantization": kwargs["quantization"],
-                         "oversampling": (args.oversampling
-                                          if kwargs["quantization"] != "none" else None),
-                         "rescore": True if kwargs["quantization"] != "none" else None}
-                rows += [{"backend": name, "n": len(vectors), "dim": dim,
+                         "centering": kwargs["centering"],
+                         "oversampling": args.oversampling if quantized else None,
+                         "rescore": True if quantized else None}
+                rows += [{"backend": name, "n": len(vectors), "dim": int(vectors.shape[1]),
                           "queries": len(queries), "numpy_exact_ms": exact_ms, **index,
                           **result}
                          for result in results]
@@ -414,7 +386,7 @@ def run_retrieval(args) -> dict:
     return {"k": args.k, "seed": args.seed, "noise": args.noise, "source": source,
             "hnsw_m": args.m, "hnsw_ef_construct": args.ef_construct,
             "quantization": args.quantization, "oversampling": args.oversampling,
-            "rescore": True, "rows": rows}
+            "centering": args.centering, "rescore": True, "rows": rows}
 
 
 def format_retrieval(result: dict) -> str:
@@ -430,6 +402,8 @@ def format_retrieval(result: dict) -> str:
         quant = r.get("quantization") or "none"
         if quant != "none":
             quant += f"x{r['oversampling']:g}"
+        if r.get("centering"):
+            quant += "+c"
         lines.append(f"{r['backend']:19}{_num(r.get('hnsw_m'), 'd'):>4}"
                      f"{_num(r['hnsw_ef'], 'd'):>5}{quant:>9}{r['n']:>8}{r['dim']:>6}"
                      f"{lat['median']:>9.3f}{lat['p99']:>9.3f}{cpu['median']:>9.3f}"
@@ -456,6 +430,18 @@ def run_profile(args) -> dict:
                            repeats=args.repeats)
     params = sum(p.numel() for p in target.net.parameters()) if hasattr(target, "net") else None
     return {"target": description, "target_parameters": params, **profile}
+
+
+def _choices(*valid: str):
+    """An argparse type: a comma-separated list of ``valid`` values, kept as text."""
+    def parse(text: str) -> str:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in items if t not in valid]
+        if not items or bad:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of "
+                                             f"{list(valid)}, got {text!r}")
+        return ",".join(items)
+    return parse
 
 
 def _oversampling(text: str) -> float:
@@ -512,24 +498,39 @@ def parse_args(argv=None) -> argparse.Namespace:
     profile.add_argument("--repeats", type=int, default=20)
     retrieval = sub.add_parser("retrieval")
     retrieval.add_argument("--sizes", default="10000,100000", help="vectors per run")
-    retrieval.add_argument("--dims", default="4352,256", help="4352 = the paper's; 256 = ours")
+    retrieval.add_argument("--dims", default=None, help="4352 = the paper's; 256 = ours "
+                           "(default: 4352,256 synthetic; with --from-db the DB's own, a "
+                           "larger one lifts its vectors)")
     retrieval.add_argument("--queries", type=int, default=200)
     retrieval.add_argument("--k", type=int, default=8)
     retrieval.add_argument("--ef", default="64,256", help="HNSW ef values at query time")
     retrieval.add_argument("--datatypes", default="float32", help="edge vector datatypes "
                            "to compare: float32, float16 (comma-separated)")
-    retrieval.add_argument("--quantization", choices=("none", "int8"), default="none",
-                           help="edge vector quantization: int8 searches scalar int8 copies "
-                           "and rescores the candidates with the stored vectors")
+    retrieval.add_argument("--quantization", type=_choices("none", "int8"), default="none",
+                           help="edge vector quantizations to compare (comma-separated): "
+                           "int8 searches scalar int8 copies and rescores the candidates "
+                           "with the stored vectors")
+    retrieval.add_argument("--centering", type=_choices("off", "on"), default="off",
+                           help="store centred unit vectors searched by Euclidean distance "
+                           "(same neighbours and cosine scores; see StoreConfig.centering); "
+                           "comma-separated to compare, e.g. off,on")
     retrieval.add_argument("--oversampling", type=_oversampling, default=2.0,
                            help="with --quantization int8: candidates fetched per result "
                            "before rescoring (>= 1)")
     retrieval.add_argument("--m", type=int, default=16, help="HNSW edges per node")
     retrieval.add_argument("--ef-construct", type=int, default=100, help="HNSW build beam")
-    retrieval.add_argument("--db", default=None, help="use this heisd-build-db DB's embeddings "
-                           "(our own demos) instead of synthetic vectors; --dims is ignored")
-    retrieval.add_argument("--query-every", type=int, default=10, help="with --db: every n-th "
-                           "demonstration of a task is held out and queried")
+    retrieval.add_argument("--from-db", "--db", dest="db", default=None,
+                           help="draw the vectors from this heisd-build-db DB's embeddings "
+                           "(held-out demonstrations are the queries; grown to --sizes by "
+                           "points between consecutive steps, lifted to --dims, see "
+                           "heisd_ros/tools/retrieval_vectors.py) instead of synthetic ones")
+    retrieval.add_argument("--query-every", type=int, default=10, help="with --from-db: every "
+                           "n-th demonstration of a task is held out and queried")
+    retrieval.add_argument("--concentration", type=float, default=None, help="with --from-db: "
+                           "scale the shared component to this mean pairwise cosine (the "
+                           "paper's DINOv2 + SigLIP features sit near 0.9; default: the DB's)")
+    retrieval.add_argument("--perturb", type=float, default=0.05, help="with --from-db: "
+                           "relative norm of the noise on every vector (over all dimensions)")
     retrieval.add_argument("--qdrant-max", type=int, default=10000, help="largest size run "
                            "through qdrant-client's local mode (pure-Python brute force)")
     retrieval.add_argument("--workdir", default=None, help="where the temporary DBs go")
