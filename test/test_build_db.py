@@ -35,6 +35,8 @@ def test_end_to_end_build_and_retrieve(demos, tiny_target_path, tmp_path):
     stats = json.loads((db / "offline_stats.json").read_text())
     assert stats["points"] == 3 * T_STEPS and stats["tasks"] == ["task_a", "task_b"]
     assert stats["shared_collections"] == {}
+    assert stats["index"]["quantization"] == "none" and "points < 100000" in \
+        stats["index"]["reason"]
     assert stats["router_stats"]["suite_a"]["n_windows"] == 3 * (T_STEPS - 2)
     target = load_small_vla(tiny_target_path)
     assert stats["model_fingerprint"] == model_fingerprint(target)
@@ -97,14 +99,41 @@ def test_embedding_is_unit_and_fingerprint_tracks_weights(tiny_random_vla):
     assert model_fingerprint(tiny_random_vla) == model_fingerprint(tiny_random_vla)
 
 
-def test_index_options_reach_the_store_config(tmp_path):
+def test_the_index_is_chosen_by_size_and_options_given_win(tmp_path):
     base = ["--demos", str(tmp_path), "--db", str(tmp_path / "db")]
-    config = build_db._store_config(build_db.parse_args(base))
-    assert (config.vector_datatype, config.quantization) == ("float32", "none")
-    config = build_db._store_config(build_db.parse_args(
-        [*base, "--vector-datatype", "float16", "--quantization", "int8", "--hnsw-m", "32",
-         "--hnsw-ef-construct", "200"]))
-    assert (config.vector_datatype, config.quantization) == ("float16", "int8")
+    config, index = build_db._store_config(build_db.parse_args(base), 40_000)
+    assert (config.vector_datatype, config.quantization, config.centering) == \
+        ("float32", "none", False)
+    assert "40000 points < 100000" in index["reason"]
+    config, index = build_db._store_config(build_db.parse_args(base), 273_000)
+    assert (config.vector_datatype, config.quantization, config.centering) == \
+        ("float16", "int8", True)
     assert (config.hnsw_m, config.hnsw_ef_construct) == (32, 200)
+    assert "large-DB index" in index["reason"] and "store.hnsw_ef 48" in index["reason"]
+    config, index = build_db._store_config(build_db.parse_args(
+        [*base, "--vector-datatype", "float32", "--centering", "off", "--hnsw-m", "24"]),
+        273_000)
+    assert (config.vector_datatype, config.quantization, config.centering) == \
+        ("float32", "int8", False)
+    assert config.hnsw_m == 24 and "given on the command line: vector_datatype float32" in \
+        index["reason"]
     with pytest.raises(SystemExit):
         build_db.parse_args([*base, "--quantization", "int4"])
+
+
+def test_a_centred_int8_db_retrieves_the_same_step_as_a_plain_one(demos, tiny_target_path,
+                                                                 tmp_path, capsys):
+    assert run(demos, tmp_path / "c", tiny_target_path, "--centering", "on", "--quantization",
+               "int8") == 0
+    assert "given on the command line: quantization int8, centering True" in \
+        capsys.readouterr().err
+    target = load_small_vla(tiny_target_path)
+    from heisd_ros.data.npz_episodes import iter_episode_paths, load_episode
+
+    record = load_episode(iter_episode_paths(demos, tasks=["task_b"])[0])
+    query = embed_observation(target, record.observation(3))
+    with open_store(StoreConfig(path=str(tmp_path / "c"))) as store:
+        assert store.centered
+        res = Retriever(store).retrieve("task_b", query, k=2)
+    assert res.ok and res.candidates[0].record.step == 3
+    assert res.candidates[0].score == pytest.approx(1.0, abs=1e-4)

@@ -392,7 +392,7 @@ def run_retrieval(args) -> dict:
 def format_retrieval(result: dict) -> str:
     """Plain-text table of :func:`run_retrieval` output."""
     k = result["k"]
-    lines = [f"{'backend':19}{'m':>4}{'ef':>5}{'quant':>9}{'n':>8}{'dim':>6}"
+    lines = [f"{'backend':24}{'m':>4}{'ef':>5}{'quant':>9}{'n':>8}{'dim':>6}"
              f"{'med ms':>9}{'p99 ms':>9}"
              f"{'cpu med':>9}{'cpu p99':>9}"
              f"{'recall@' + str(k):>10}{'exact ms':>10}{'build s':>9}{'reopen s':>9}"
@@ -404,7 +404,7 @@ def format_retrieval(result: dict) -> str:
             quant += f"x{r['oversampling']:g}"
         if r.get("centering"):
             quant += "+c"
-        lines.append(f"{r['backend']:19}{_num(r.get('hnsw_m'), 'd'):>4}"
+        lines.append(f"{r['backend']:24}{_num(r.get('hnsw_m'), 'd'):>4}"
                      f"{_num(r['hnsw_ef'], 'd'):>5}{quant:>9}{r['n']:>8}{r['dim']:>6}"
                      f"{lat['median']:>9.3f}{lat['p99']:>9.3f}{cpu['median']:>9.3f}"
                      f"{cpu['p99']:>9.3f}{r[f'recall_at_{k}']:>10.3f}{r['numpy_exact_ms']:>10.2f}"

@@ -61,17 +61,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "task is kept out of the DB for heisd-calibrate (0 = none)")
     p.add_argument("--router-window", type=int, default=15)
     p.add_argument("--exact", action="store_true", help="exact search (small DBs, tests)")
-    p.add_argument("--vector-datatype", choices=("float32", "float16"), default="float32",
-                   help="stored vector type; float16 halves the DB's memory (recall@8 within "
-                   "0.01 on 100k demonstration-shaped vectors, see heisd-bench retrieval)")
-    p.add_argument("--quantization", choices=("none", "int8"), default="none",
-                   help="int8: the HNSW search scores scalar int8 copies of the vectors (kept "
-                   "in RAM) and rescores its candidates with the stored ones; fixed at build "
-                   "time (see heisd-bench retrieval --quantization)")
-    p.add_argument("--hnsw-m", type=int, default=16, help="HNSW edges per node (32 with "
-                   "--hnsw-ef-construct 200 and int8 reached recall@8 0.99 under 1 ms p99 at "
-                   "273k x 4352, see README)")
-    p.add_argument("--hnsw-ef-construct", type=int, default=100, help="HNSW build beam")
+    index = p.add_argument_group(
+        "index (default: chosen by the DB's size, see retrieval.store_config.index_for_size; "
+        "an option given here wins)")
+    index.add_argument("--vector-datatype", choices=("float32", "float16"), default=None,
+                       help="stored vector type; float16 halves the DB's memory")
+    index.add_argument("--quantization", choices=("none", "int8"), default=None,
+                       help="int8: the HNSW search scores scalar int8 copies of the vectors "
+                       "(kept in RAM) and rescores its candidates with the stored ones")
+    index.add_argument("--centering", choices=("off", "on"), default=None,
+                       help="store centred unit vectors searched by Euclidean distance: the "
+                       "cosine neighbours and scores, with int8 keeping its precision on "
+                       "embeddings that all point one way")
+    index.add_argument("--hnsw-m", type=int, default=None, help="HNSW edges per node")
+    index.add_argument("--hnsw-ef-construct", type=int, default=None, help="HNSW build beam")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return p.parse_args(argv)
 
@@ -149,13 +152,22 @@ def _bag_options(args) -> dict:
             "instruction": args.bag_instruction}
 
 
-def _store_config(args):
-    from heisd_ros.retrieval.store_config import StoreConfig
+def _store_config(args, points: int):
+    """The store config: the index chosen by size, with the options given on top; and why."""
+    from heisd_ros.retrieval.store_config import StoreConfig, index_for_size
 
-    return StoreConfig(backend=args.backend, path=args.db, url=args.url,
-                       exact_search=args.exact, vector_datatype=args.vector_datatype,
-                       quantization=args.quantization, hnsw_m=args.hnsw_m,
-                       hnsw_ef_construct=args.hnsw_ef_construct)
+    index, reason = index_for_size(points)
+    given = {"vector_datatype": args.vector_datatype, "quantization": args.quantization,
+             "centering": None if args.centering is None else args.centering == "on",
+             "hnsw_m": args.hnsw_m, "hnsw_ef_construct": args.hnsw_ef_construct}
+    overrides = {k: v for k, v in given.items() if v is not None}
+    if overrides:
+        reason += "; given on the command line: " + ", ".join(
+            f"{k} {v}" for k, v in overrides.items())
+    index.update(overrides)
+    config = StoreConfig(backend=args.backend, path=args.db, url=args.url,
+                         exact_search=args.exact, **index)
+    return config, {**index, "reason": reason}
 
 
 def _router_stats(records, window: int, stats_dir: Path) -> dict:
@@ -223,7 +235,6 @@ def build(args) -> dict:
     from heisd_ros.retrieval.store import open_store
     from heisd_ros.tools._common import load_target_from_args
 
-    config = _store_config(args)
     args.skipped_bags = []  # (path, reason) of bags left out, filled as they are read
     paths, load_episode, task_of = _demo_source(args)
     if args.max_episodes:
@@ -238,8 +249,10 @@ def build(args) -> dict:
     episodes = _load_episodes(db_paths, load_episode, args)
     dimension = int(embed_observation(target, episodes[0][1].observation(0)).shape[0])
     fingerprint = model_fingerprint(target)
-    store = open_store(config, create=True, dimension=dimension, model_fingerprint=fingerprint)
     total = sum(r.num_steps for _, r in episodes)
+    config, index = _store_config(args, total)
+    print(f"heisd-build-db: index: {index['reason']}", file=sys.stderr)
+    store = open_store(config, create=True, dimension=dimension, model_fingerprint=fingerprint)
     try:
         with tqdm(total=total, unit="step", desc="embedding", file=sys.stderr) as bar:
             summary = build_database(target, episodes, store, target.codec, progress=bar.update)
@@ -255,6 +268,7 @@ def build(args) -> dict:
               "held_out_episodes": [str(p) for p in held_out],
               "demos_format": "bag" if db_paths[0].is_dir() else "npz",
               "bag_options": _bag_options(args) if db_paths[0].is_dir() else None,
+              "index": index,
               "skipped_bags": [{"bag": str(p), "reason": r} for p, r in args.skipped_bags],
               "dropped_commands": _dropped([r for _, r in episodes]),
               "router_window": args.router_window,

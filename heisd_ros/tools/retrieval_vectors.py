@@ -142,12 +142,16 @@ def grow(vectors: np.ndarray, ids: np.ndarray, n: int, seed: int) -> np.ndarray:
     return np.concatenate([vectors, extra])
 
 
-def perturbed(vectors: np.ndarray, perturb: float, seed: int) -> np.ndarray:
-    """Unit rows plus Gaussian noise of relative norm ``perturb`` over all dimensions."""
+def perturbed(vectors: np.ndarray, perturb: float, seed: int,
+              in_place: bool = False) -> np.ndarray:
+    """Unit rows plus Gaussian noise of relative norm ``perturb`` over all dimensions.
+
+    ``in_place`` overwrites ``vectors`` (273k x 4352 float32 is 4.8 GB: no second copy).
+    """
     if perturb == 0:
         return vectors
     rng = np.random.default_rng(seed + 29)
-    out = np.empty_like(vectors)
+    out = vectors if in_place else np.empty_like(vectors)
     scale = perturb / np.sqrt(vectors.shape[1])
     for lo in range(0, len(vectors), 8192):  # bounded temporaries at 273k x 4352
         block = vectors[lo:lo + 8192]
@@ -170,8 +174,8 @@ def real_shaped(path: str, n: int, queries: int, options: ShapeOptions
     dim = options.dim or base.shape[1]
     pick = np.linspace(0, len(held) - 1, min(queries, len(held))).round().astype(int)
     held = held[np.unique(pick)]
-    vectors = grow(base, db["ids"], n, options.seed)
-    vectors = perturbed(lift(vectors, dim, options.seed), options.perturb, options.seed)
+    vectors = lift(grow(base, db["ids"], n, options.seed), dim, options.seed).copy()
+    vectors = perturbed(vectors, options.perturb, options.seed, in_place=True)
     held = perturbed(lift(held, dim, options.seed), options.perturb, options.seed + 1)
     sample = vectors[np.random.default_rng(options.seed).choice(
         len(vectors), min(len(vectors), 3000), replace=False)]
