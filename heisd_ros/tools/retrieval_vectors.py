@@ -174,7 +174,10 @@ def real_shaped(path: str, n: int, queries: int, options: ShapeOptions
     dim = options.dim or base.shape[1]
     pick = np.linspace(0, len(held) - 1, min(queries, len(held))).round().astype(int)
     held = held[np.unique(pick)]
-    vectors = lift(grow(base, db["ids"], n, options.seed), dim, options.seed).copy()
+    grown = grow(base, db["ids"], n, options.seed)
+    vectors = lift(grown, dim, options.seed)
+    if vectors is grown or vectors.base is base:
+        vectors = vectors.copy()  # never perturb the source in place
     vectors = perturbed(vectors, options.perturb, options.seed, in_place=True)
     held = perturbed(lift(held, dim, options.seed), options.perturb, options.seed + 1)
     sample = vectors[np.random.default_rng(options.seed).choice(
