@@ -106,11 +106,16 @@ class EdgeStore(VectorStore):
                 type=qe.ScalarType.Int8, quantile=stored.get("quantile", INT8_QUANTILE),
                 memory=qe.Memory.Pinned)
         return qe.EdgeConfig(
+            # The HNSW graph on the heap (273k points, m 32: ~70 MB) and the vectors
+            # memory-mapped but read in when the shard loads: a search after opening then
+            # finds both in RAM (Qdrant's memory tiers; vectors cannot be pinned).
             vectors=qe.EdgeVectorParams(size=self.dimension, distance=(
                 qe.Distance.Euclid if self.centered else qe.Distance.Cosine),
-                                        datatype=dtype, quantization_config=quantization_config),
+                                        datatype=dtype, quantization_config=quantization_config,
+                                        memory=qe.Memory.Cached),
             hnsw_config=qe.HnswIndexConfig(m=cfg.hnsw_m, ef_construct=cfg.hnsw_ef_construct,
-                                           full_scan_threshold=cfg.full_scan_threshold_kb),
+                                           full_scan_threshold=cfg.full_scan_threshold_kb,
+                                           memory=qe.Memory.Pinned),
             optimizers=qe.EdgeOptimizersConfig(indexing_threshold=cfg.full_scan_threshold_kb),
             max_search_threads=cfg.max_search_threads or None)
 

@@ -26,7 +26,11 @@ Examples:
     heisd-bench retrieval --sizes 10000,100000 --dims 4352,256 --json retrieval.json
     heisd-bench retrieval --sizes 10000,100000 --dims 4352 --datatypes float32,float16
     heisd-bench retrieval --sizes 100000 --dims 4352 --quantization int8 --oversampling 2
-    heisd-bench retrieval --db runs/db --sizes 100000 --ef 64
+    heisd-bench retrieval --from-db runs/db --sizes 40000 --quantization none,int8 \
+        --centering off,on --ef 48,64 --oversampling 3
+    heisd-bench retrieval --from-db runs/db --sizes 273000 --dims 4352 --concentration 0.93 \
+        --datatypes float16 --quantization int8 --centering off,on --m 32 --ef-construct 200 \
+        --ef 48,64 --oversampling 3          # the paper's size, from our DB's embeddings
 
 Observations are the seeded synthetic scenes; with --db, consecutive steps of the DB's
 held-out demonstrations (or --demos), so the router sees real EE trajectories.
