@@ -109,7 +109,7 @@ def test_the_index_is_chosen_by_size_and_options_given_win(tmp_path):
     assert (config.vector_datatype, config.quantization, config.centering) == \
         ("float16", "int8", True)
     assert (config.hnsw_m, config.hnsw_ef_construct) == (32, 200)
-    assert "large-DB index" in index["reason"] and "store.hnsw_ef 48" in index["reason"]
+    assert "large-DB index" in index["reason"] and "store.hnsw_ef 64 >= 48" in index["reason"]
     config, index = build_db._store_config(build_db.parse_args(
         [*base, "--vector-datatype", "float32", "--centering", "off", "--hnsw-m", "24"]),
         273_000)

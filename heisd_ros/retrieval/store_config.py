@@ -52,9 +52,10 @@ def index_for_size(points: int) -> tuple[dict, str]:
     if points >= LARGE_DB_POINTS:
         return dict(LARGE_DB_INDEX), (
             f"{points} points >= {LARGE_DB_POINTS}: large-DB index (float16 vectors, int8 "
-            f"quantization of centred vectors, HNSW m 32 / ef_construct 200); serve it with "
-            f"store.hnsw_ef {LARGE_DB_SERVING['hnsw_ef']} and "
-            f"store.quantization_oversampling {LARGE_DB_SERVING['quantization_oversampling']:g}")
+            f"quantization of centred vectors, HNSW m 32 / ef_construct 200); the retrieval "
+            f"node's defaults serve it (store.hnsw_ef 64 >= {LARGE_DB_SERVING['hnsw_ef']}, "
+            f"store.quantization_oversampling "
+            f"{LARGE_DB_SERVING['quantization_oversampling']:g})")
     return dict(SMALL_DB_INDEX), (
         f"{points} points < {LARGE_DB_POINTS}: plain float32 HNSW index (m 16 / ef_construct "
         f"100), exact enough and fast at this size")
@@ -95,7 +96,7 @@ class StoreConfig:
             quantized collection.
         quantization_oversampling: the quantized search fetches ``oversampling * k``
             candidates before rescoring them to the top k (finite, >= 1); applies to every
-            query of a quantized collection.
+            query of a quantized collection (3: what the large-DB index was measured with).
         centering: when a DB is created: store unit vectors minus the DB's mean direction
             and search them by Euclidean distance ("cosine_centered" in
             :data:`DISTANCES`: the same neighbours and cosine scores as cosine search, but
@@ -125,7 +126,7 @@ class StoreConfig:
     payload_cache: bool = True
     quantization: str = "none"
     quantization_rescore: bool = True
-    quantization_oversampling: float = 2.0
+    quantization_oversampling: float = 3.0
     centering: bool = False
 
     def __post_init__(self) -> None:
