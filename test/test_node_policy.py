@@ -67,7 +67,25 @@ def graph(tmp_path_factory):
         Parameter("input_timeout_s", value=30.0)])
     broken = PolicyNode("broken_policy", context=context, parameter_overrides=[
         Parameter("model.path", value="/nonexistent/vla.safetensors")])
-    peer = rclpy.create_node("policy_test_peer", context=context)
+    peer, out, pubs = policy_peer(context, "policy_test_peer")
+    executor = MultiThreadedExecutor(num_threads=4, context=context)
+    for node in (policy, broken, peer):
+        executor.add_node(node)
+    assert spin_until(executor,
+                      lambda: all(p.get_subscription_count() >= 2 for p in pubs.values()))
+    yield policy, broken, peer, pubs, executor, out
+    executor.shutdown()
+    for node in (policy, broken, peer):
+        node.destroy_node()
+    rclpy.shutdown(context=context)
+
+
+def policy_peer(context, name: str):
+    """A node that feeds a policy (cameras, joint states, EE pose) and records what it sends.
+
+    Returns (node, {kind: received messages}, {input: publisher}).
+    """
+    peer = rclpy.create_node(name, context=context)
     out = {"cmd": [], "step": [], "path": [], "markers": [], "diag": []}
     for key, msg_type, topic in (("cmd", EECommand, "/heisd/ee_command"),
                                  ("step", HybridStep, "/heisd/hybrid_step"),
@@ -79,16 +97,7 @@ def graph(tmp_path_factory):
             "wrist": peer.create_publisher(Image, "/camera/wrist/image_raw", 2),
             "joints": peer.create_publisher(JointState, "/joint_states", 10),
             "pose": peer.create_publisher(PoseStamped, "/ee_pose", 10)}
-    executor = MultiThreadedExecutor(num_threads=4, context=context)
-    for node in (policy, broken, peer):
-        executor.add_node(node)
-    assert spin_until(executor,
-                      lambda: all(p.get_subscription_count() >= 2 for p in pubs.values()))
-    yield policy, broken, peer, pubs, executor, out
-    executor.shutdown()
-    for node in (policy, broken, peer):
-        node.destroy_node()
-    rclpy.shutdown(context=context)
+    return peer, out, pubs
 
 
 def send(graph, *, third=None, wrist=None, joints=0.1, offset_s=0.0, encoding="rgb8",

@@ -20,17 +20,12 @@ from test.ros_env import require_ros
 
 rclpy, hmsg, _ = require_ros()
 
-from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-from geometry_msgs.msg import PoseStamped  # noqa: E402
-from nav_msgs.msg import Path as PathMsg  # noqa: E402
 from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
-from sensor_msgs.msg import Image, JointState  # noqa: E402
-from visualization_msgs.msg import MarkerArray  # noqa: E402
 
 from heisd_ros.nodes.policy_node import PolicyNode  # noqa: E402
 from test.openvla_fixtures import write_tiny_openvla, write_vision_specs  # noqa: E402
-from test.test_node_policy import send  # noqa: E402
+from test.test_node_policy import policy_peer, send  # noqa: E402
 
 EECommand, HybridStep = hmsg.EECommand, hmsg.HybridStep
 KEY = "libero_spatial"  # the checkpoint holds "libero_spatial_no_noops": OpenVLA's key rule
@@ -61,18 +56,7 @@ def graph(checkpoint):
                        "warn_throttle_s": 0.0, "diagnostics_period_s": 0.2,
                        "input.max_age_s": 5.0, "max_command_age_s": 5.0,
                        "input_timeout_s": 30.0}))
-    peer = rclpy.create_node("openvla_test_peer", context=context)
-    out = {"cmd": [], "step": [], "path": [], "markers": [], "diag": []}
-    for key, msg_type, topic in (("cmd", EECommand, "/heisd/ee_command"),
-                                 ("step", HybridStep, "/heisd/hybrid_step"),
-                                 ("path", PathMsg, "/heisd/ee_path"),
-                                 ("markers", MarkerArray, "/heisd/router_markers"),
-                                 ("diag", DiagnosticArray, "/diagnostics")):
-        peer.create_subscription(msg_type, topic, out[key].append, 10)
-    pubs = {"third": peer.create_publisher(Image, "/camera/third_person/image_raw", 2),
-            "wrist": peer.create_publisher(Image, "/camera/wrist/image_raw", 2),
-            "joints": peer.create_publisher(JointState, "/joint_states", 10),
-            "pose": peer.create_publisher(PoseStamped, "/ee_pose", 10)}
+    peer, out, pubs = policy_peer(context, "openvla_test_peer")
     executor = MultiThreadedExecutor(num_threads=4, context=context)
     for node in (policy, peer):
         executor.add_node(node)
