@@ -200,7 +200,7 @@ class InputGate:
                 if (camera, stamp) == self._malformed:
                     return GateResult()
                 self._malformed = (camera, stamp)
-                return self._refuse(f"malformed {camera} image: {problem}")
+                return GateResult(problem=f"malformed {camera} image: {problem}")
         newest = frames[0][0]  # a third-person frame older than the last one used
         if newest < self._done_stamp and now_s - newest > cfg.max_age_s \
                 and self._stale_third != newest:
@@ -246,22 +246,27 @@ class InputGate:
 
     def _check(self, stamp: float, third: np.ndarray, wrist_stamp: float,
                wrist: np.ndarray) -> GateResult:
-        """The checks of a pair beyond its stamps; the third-person frame is used either way."""
+        """The checks of a pair beyond its stamps; the third-person frame is used either way.
+
+        A refusal here is reported once, as the frame is used up; frames from the future never
+        reach this, so a wrong clock cannot move the mark past the good frames that follow.
+        """
         cfg = self.config
         self._done_stamp = stamp
         newest = max(stamp, wrist_stamp)
         if cfg.require_same_size and third.shape != wrist.shape:
-            return self._refuse(f"mismatched image sizes: third_person {third.shape[1]}x"
-                                f"{third.shape[0]}, wrist {wrist.shape[1]}x{wrist.shape[0]}")
+            return GateResult(problem=f"mismatched image sizes: third_person "
+                                      f"{third.shape[1]}x{third.shape[0]}, wrist "
+                                      f"{wrist.shape[1]}x{wrist.shape[0]}")
         robot = None
         if self.need_robot_state:
             robot = self._robot
             if robot is None or self._robot_problem:
-                return self._refuse(self._robot_problem or "no robot state yet")
+                return GateResult(problem=self._robot_problem or "no robot state yet")
             if abs(robot.stamp_s - newest) > cfg.max_state_skew_s:
                 skew = abs(robot.stamp_s - newest)
-                return self._refuse(f"stale robot state: {skew:.3f} s from the frames "
-                                    f"(max_state_skew_s {cfg.max_state_skew_s} s)")
+                return GateResult(problem=f"stale robot state: {skew:.3f} s from the frames "
+                                          f"(max_state_skew_s {cfg.max_state_skew_s} s)")
         return GateResult(Snapshot(newest, third, wrist, robot))
 
     def _refuse_future_frames(self, stamps: list[float], now_s: float) -> GateResult | None:
@@ -281,10 +286,3 @@ class InputGate:
         return GateResult(problem=f"frame from the future: {' and '.join(new)} stamped "
                                   f"{lead_s:.3f} s ahead of this node's clock "
                                   f"(max_future_s {ahead_s} s)")
-
-    @staticmethod
-    def _refuse(problem: str) -> GateResult:
-        # The refused third-person frame is used up (reported once); the time mark never
-        # moves for a frame from the future, so a wrong clock cannot block the good frames
-        # that follow it.
-        return GateResult(problem=problem)
