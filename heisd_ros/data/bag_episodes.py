@@ -39,7 +39,7 @@ from heisd_ros.data.bag_topics import (
     remap_hint,
 )
 from heisd_ros.data.episode import EpisodeRecord
-from heisd_ros.data.pairing import nearest
+from heisd_ros.data.pairing import all_finite, nearest
 from heisd_ros.data.rosbag_io import READ_ERRORS, image_from_msg, make_typestore
 
 #: The roles an episode reads (all of :data:`~heisd_ros.data.bag_topics.ROLES`); of these,
@@ -175,10 +175,6 @@ def _read_first_pass(reader, roles: dict[str, str], ts, gripper_joint: str = "gr
     return out
 
 
-def _finite(item) -> bool:
-    return all(np.all(np.isfinite(np.asarray(v, dtype=np.float64))) for v in item)
-
-
 def _pair(data: dict[str, list], skew_ns: int,
           topics: dict[str, str] | None = None) -> tuple[list[dict[str, int]], Counter]:
     """Per usable command: indices (into ``data``) of it and its frames, state and pose.
@@ -199,7 +195,7 @@ def _pair(data: dict[str, list], skew_ns: int,
         if primary in used:
             dropped["a second command on one frame"] += 1
             continue
-        if not _finite([action]):
+        if not all_finite([action]):
             dropped[f"non-finite values on {topics.get('ee_command', 'ee_command')}"] += 1
             continue
         at = int(stamps["primary"][primary])
@@ -208,7 +204,7 @@ def _pair(data: dict[str, list], skew_ns: int,
             step[role] = nearest(stamps[role], at, skew_ns) if role in stamps else -1
             if step[role] is None:
                 reason = f"no {topics.get(role, role)} message within {skew_s:g} s"
-            elif role != "wrist" and step[role] >= 0 and not _finite(data[role][step[role]][1]):
+            elif role != "wrist" and step[role] >= 0 and not all_finite(data[role][step[role]][1]):
                 reason = f"non-finite values on {topics.get(role, role)}"
             if reason:
                 break
@@ -261,11 +257,10 @@ def load_bag_episode(path: str | Path, topics: EpisodeTopics = EpisodeTopics(),
     ts = make_typestore()
     try:
         with Reader(path) as reader:
-            check_topics(path, {c.topic: (c.msgtype, c.msgcount) for c in reader.connections},
-                         topics)
-            listed = {c.topic: c.msgcount for c in reader.connections}
+            found = {c.topic: (c.msgtype, c.msgcount) for c in reader.connections}
+            check_topics(path, found, topics)
             data = _read_first_pass(reader, roles, ts, gripper_joint)
-            unread = {t: n for t, n in listed.items()
+            unread = {t: n for t, (_, n) in found.items()
                       if t in roles and n and not data[roles[t]]}
             if unread:
                 raise BagEpisodeError(

@@ -51,6 +51,14 @@ def nearest(stamps: Sequence[float] | np.ndarray, at: float, tolerance: float) -
     return best if abs(stamps[best] - at) <= tolerance else None
 
 
+def all_finite(values) -> bool:
+    """Whether every number of ``values`` (arrays or numbers) is finite.
+
+    A robot state with NaN or inf pairs with no frame (the policy node refuses it too).
+    """
+    return all(np.all(np.isfinite(np.asarray(v, dtype=np.float64))) for v in values)
+
+
 def thin_to_rate(stamps: Sequence[float] | np.ndarray, rate_hz: float | None) -> list[int]:
     """Indices of sorted ``stamps`` (s) kept at no more than ``rate_hz``.
 

@@ -40,10 +40,12 @@ from heisd_ros.data.observation import Observation
 from heisd_ros.data.pairing import (
     DEFAULT_PAIR_TOLERANCE_S,
     PairingReport,
+    all_finite,
     nearest,
     thin_to_rate,
 )
 from heisd_ros.data.rosbag_io import READ_ERRORS, image_from_msg, make_typestore
+from heisd_ros.sim.rotations import matrix_to_rpy, quat_xyzw_to_matrix  # numpy only
 
 #: The roles replay reads. Each camera may be an Image or a CompressedImage
 #: (``ROLES[role].accepts``); '' disables the wrist camera (a robot without one).
@@ -163,16 +165,6 @@ def _stamp_s(msg, log_ns: int) -> float:
     return log_ns * 1e-9
 
 
-def _quat_to_rpy(x: float, y: float, z: float, w: float) -> np.ndarray:
-    """Extrinsic XYZ roll, pitch, yaw (rad) of a unit quaternion."""
-    from heisd_ros.robot.poses import matrix_to_rpy
-
-    rot = np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-                    [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-                    [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
-    return matrix_to_rpy(rot)
-
-
 @dataclass
 class _Stream:
     """One role's messages by header stamp: stamps (s), and per message its value."""
@@ -201,7 +193,8 @@ def _read_index(info: BagInfo, roles: dict[str, str], options: FrameOptions, ts
             msg = ts.deserialize_cdr(raw, conn.msgtype)
             if role == "ee_pose":
                 p, q = msg.pose.position, msg.pose.orientation
-                value = (np.array([p.x, p.y, p.z]), _quat_to_rpy(q.x, q.y, q.z, q.w))
+                value = (np.array([p.x, p.y, p.z]),
+                         matrix_to_rpy(quat_xyzw_to_matrix(np.array([q.x, q.y, q.z, q.w]))))
             elif role == "joint_states":
                 try:
                     value = joint_values(msg.name, msg.position, options.gripper_joint,
@@ -246,7 +239,7 @@ def _plan(streams: dict[str, _Stream], roles: dict[str, str], options: FrameOpti
                 reason = f"no {roles[role]} message within {tolerance:g} s"
                 break
             value = values[j]
-            if role != "wrist" and not all(np.all(np.isfinite(v)) for v in value):
+            if role != "wrist" and not all_finite(value):
                 reason = f"non-finite values on {roles[role]}"
                 break
             chosen[role] = value
