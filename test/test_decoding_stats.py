@@ -74,3 +74,16 @@ def test_path_costs_warm_both_then_take_the_cheaper_and_re_measure_the_other():
     assert costs.describe() == "drafter 30.0 ms, ar 40.0 ms"
     with pytest.raises(ValueError, match="PathCosts"):
         PathCosts(alpha=0.0)
+
+
+def test_path_costs_with_three_paths_re_measure_the_least_recently_taken():
+    from heisd_ros.decoding.stats import PathCosts
+
+    costs = PathCosts(warm=1, explore_every=3, alpha=1.0, paths=("a", "b", "c"))
+    for path, ms in (("a", 5.0), ("b", 7.0), ("c", 9.0)):
+        assert costs.choose() == path   # warm-up in order: each is the least measured
+        costs.record(path, ms)
+    picks = [costs.choose() for _ in range(6)]   # choices 4..9: the 6th and 9th explore
+    assert picks == ["a", "a", "b", "a", "a", "c"]
+    with pytest.raises(ValueError, match="distinct paths"):
+        PathCosts(paths=("a", "a"))

@@ -346,3 +346,32 @@ def test_a_drafter_routed_step_takes_the_cheaper_exact_path(tiny_trained_vla, ti
                                           cost_aware_drafting=False),
                         drafter=DrafterSource(tiny_drafter, vla), router=router(0.9))
     assert off._costs is None
+
+
+def test_the_rounds_after_a_partial_retrieval_draft_take_the_cheaper_exact_path(
+        tiny_trained_vla, tiny_drafter):
+    from heisd_ros.decoding.stats import PathCosts
+
+    vla = tiny_trained_vla
+    observations = scenes(N_OBS, seed=23)
+    got = {}
+    for cheaper in ("ar", "drafter"):
+        hybrid = HybridDecoder(vla, HybridConfig(method="heisd", retrieval=RS),
+                               drafter=DrafterSource(tiny_drafter, vla),
+                               retrieval=RetrievalSource(noisy_client(5), vla.actions.vocab_base,
+                                                         RS),
+                               router=router(0.0))
+        costs = PathCosts(warm=1, explore_every=1000)
+        for path in PathCosts.PATHS:  # per token, as measured earlier on this machine
+            costs.record(path, 2.0 if path == cheaper else 9.0)
+        hybrid._tail_costs = costs
+        got[cheaper] = [hybrid.decode(obs, ee_positions_m=STRAIGHT_FAST) for obs in observations]
+        tails = [r for r in got[cheaper] if r.stats.target_forwards > 1]
+        assert tails, "the noisy drafts must leave rounds after the first"
+        for r in tails:
+            assert r.record.router_mode == ROUTER_RETRIEVAL and not r.record.verify_skipped
+            assert f"rounds after the retrieval draft by {cheaper}" in r.record.why
+            assert (r.stats.drafter_forwards > 0) == (cheaper == "drafter")
+        assert costs.samples[cheaper] == 1 + len(tails)
+    for by_ar, by_head in zip(got["ar"], got["drafter"], strict=True):  # exact either way
+        np.testing.assert_array_equal(by_ar.tokens, by_head.tokens)

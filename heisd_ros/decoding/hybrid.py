@@ -17,7 +17,8 @@ Per control step (one 7-token action):
    a row (the step after is verified);
 5. otherwise decode with :class:`ActionDecoder`: the retrieval group tree rides in the prefill
    forward (a fully accepted draft costs one target forward), later rounds are drafted by the
-   draft head; drafter steps use the drafter alone.
+   draft head or are plain AR forwards (whichever is measured cheaper per token here; the
+   same tokens either way); drafter steps use the draft head or plain AR (likewise).
 
 Methods (the paper's ablation ladder, docs/METHOD.md; the table is
 ``heisd_ros.decoding.methods.METHODS``): ``ar``; ``drafter`` (exact);
@@ -108,8 +109,10 @@ class HybridConfig:
         unverified: bounds of steps executed without the target, and the ``follow`` rule's
             tolerances (``heisd_ros.decoding.unverified``).
         cost_aware_drafting: decode a drafter-routed step with the draft head or by plain AR,
-            whichever is measured cheaper on this machine (the same tokens either way;
-            ``heisd_ros.decoding.stats.PathCosts``); False: always the draft head.
+            and the rounds after a partly accepted retrieval draft with the draft head or by
+            plain AR, whichever is measured cheaper on this machine (the same tokens either
+            way; ``heisd_ros.decoding.stats.PathCosts``);
+            False: always the draft head.
     """
 
     method: str = "heisd"
@@ -227,29 +230,38 @@ def gripper_safe(rule: AcceptanceRule) -> AcceptanceRule:
 
 
 class _RetrievalThenDrafter(DraftSource):
-    """Retrieval tree in the prefill round, then the drafter (or retrieval) for later rounds."""
+    """Retrieval tree in the prefill round, then the drafter (or retrieval) for later rounds.
+
+    ``later_by_ar``: the later rounds are plain target forwards (no tree) instead.
+    """
 
     def __init__(self, retrieval: RetrievalSource, drafter: DraftSource | None,
-                 retrieval_rule: AcceptanceRule, drafter_rule: AcceptanceRule):
+                 retrieval_rule: AcceptanceRule, drafter_rule: AcceptanceRule,
+                 later_by_ar: bool = False):
         self.retrieval, self.drafter = retrieval, drafter
         self.rules = {"retrieval": retrieval_rule, "drafter": drafter_rule}
+        self.later_by_ar = later_by_ar
         self.current: DraftSource = retrieval
+        self._idle = False   # this round has no draft (an AR forward)
 
     @property
     def name(self) -> str:
-        return self.current.name
+        return "ar" if self._idle else self.current.name
 
     @property
     def forwards(self) -> int:
-        return self.current.forwards
+        return 0 if self._idle else self.current.forwards
 
     @property
     def retrieval_calls(self) -> int:
-        return self.current.retrieval_calls
+        return 0 if self._idle else self.current.retrieval_calls
 
     def propose(self, context: DraftContext):
-        later = context.hidden is not None and self.drafter is not None
-        self.current = self.drafter if later else self.retrieval
+        later = context.hidden is not None
+        self._idle = later and self.later_by_ar
+        if self._idle:
+            return None
+        self.current = self.drafter if later and self.drafter is not None else self.retrieval
         return self.current.propose(context)
 
     def feedback(self, accepted: AcceptedDraft) -> None:
@@ -289,8 +301,12 @@ class HybridDecoder:
         self._drafter_rule = gripper_safe(RelaxedRule(self.config.relaxed_radius_bins)
                                           if sw.drafter_relaxed else exact_rule)
         # Exact drafting and AR give the same tokens: take the one measured cheaper here.
-        self._costs = (PathCosts() if self.config.cost_aware_drafting and self.drafter
-                       is not None and not sw.drafter_relaxed else None)
+        cost_aware = (self.config.cost_aware_drafting and self.drafter is not None
+                      and not sw.drafter_relaxed)
+        self._costs = PathCosts() if cost_aware else None
+        # The rounds after a partly accepted retrieval draft, both exact: drafted by the
+        # draft head or plain AR forwards, by measured ms per token they produce.
+        self._tail_costs = PathCosts() if cost_aware and self.retrieval is not None else None
         self._retrieval_rule = gripper_safe(GroupRule(self.config.group_accept)
                                             if sw.sequence_wise else exact_rule)
 
@@ -454,10 +470,13 @@ class HybridDecoder:
 
     def _verified(self, observation: Observation, prefix, outcome: RetrievalOutcome | None,
                   notes: list[str]) -> HybridResult:
+        tail = None
         if outcome is not None:
             self.retrieval.prepare(outcome)
-            source = _RetrievalThenDrafter(self.retrieval, self.drafter, self._retrieval_rule,
-                                           self._drafter_rule)
+            tail = self._tail_costs.choose() if self._tail_costs is not None else None
+            source = _RetrievalThenDrafter(self.retrieval, self.drafter,
+                                           self._retrieval_rule, self._drafter_rule,
+                                           later_by_ar=tail == "ar")
             decoder = ActionDecoder(self.target, source, source.rule, self.codec,
                                     draft_in_prefill=True)
         elif self.drafter is not None and (self._costs is None
@@ -471,6 +490,12 @@ class HybridDecoder:
             self._costs.record(path, sum(r.stats.stage_ms.get(s, 0.0)
                                          for s in ("prefill", "draft", "verify")))
             notes.append(f"drafter-routed step by {path} ({self._costs.describe()})")
+        elif tail is not None and r.stats.target_forwards > 1:   # the tail ran
+            first = r.stats.accepted_lengths[0] if r.stats.accepted_lengths else 1
+            self._tail_costs.record(tail, sum(r.stats.stage_ms.get(s, 0.0)
+                                              for s in ("draft", "verify")) / (ACTION_DIM - first))
+            notes.append(f"rounds after the retrieval draft by {tail} "
+                         f"({self._tail_costs.describe()} per token)")
         return HybridResult(r.tokens, r.bins, r.action, r.hidden, r.vision_features, r.stats,
                             HybridStepRecord())
 

@@ -105,37 +105,46 @@ class StageClock:
 
 
 class PathCosts:
-    """Which of two exact paths to decode a step with: the one measured cheaper here.
+    """Which of several exact paths to decode with: the one measured cheaper here.
 
-    Drafter-routed steps can be decoded with the draft head (exact acceptance) or by plain AR;
-    both give the same tokens, so the choice is only about time, and it depends on the
-    hardware (on a CPU a draft-head round can cost more per token than AR; on a GPU it is
-    cheap). Each path's cost is an exponential mean of its measured ms per action; each is
-    tried ``warm`` times first, then the cheaper one is taken and the other re-measured every
-    ``explore_every``-th choice, so a change of load or hardware is noticed.
+    Drafter-routed steps, and the rounds after a partly accepted retrieval draft, can be
+    decoded with the draft head (exact acceptance) or by plain AR; both give the same tokens,
+    so the choice is only about time, and it depends on the hardware (on a CPU a draft-head
+    round can cost more per token than a target forward; on a GPU it is cheap). Each path's
+    cost is an exponential mean of its measured ms (per action, or per token: the caller says
+    what it records); each is tried ``warm`` times first, then the cheapest is taken and every
+    ``explore_every``-th choice re-measures another (the least recently measured), so a
+    change of load or hardware is noticed.
     """
 
     PATHS = ("drafter", "ar")
 
-    def __init__(self, warm: int = 3, explore_every: int = 25, alpha: float = 0.2):
-        if warm < 1 or explore_every < 2 or not 0.0 < alpha <= 1.0:
+    def __init__(self, warm: int = 3, explore_every: int = 25, alpha: float = 0.2,
+                 paths: tuple[str, ...] = PATHS):
+        if warm < 1 or explore_every < 2 or not 0.0 < alpha <= 1.0 or len(set(paths)) < 2:
             raise ValueError(f"PathCosts: expected warm >= 1, explore_every >= 2, alpha in "
-                             f"(0, 1], got {warm}, {explore_every}, {alpha}")
+                             f"(0, 1], two or more distinct paths, got {warm}, {explore_every}, "
+                             f"{alpha}, {paths}")
         self.warm, self.explore_every, self.alpha = warm, explore_every, alpha
-        self.mean_ms = dict.fromkeys(self.PATHS, float("nan"))
-        self.samples = dict.fromkeys(self.PATHS, 0)
+        self.paths = tuple(paths)
+        self.mean_ms = dict.fromkeys(self.paths, float("nan"))
+        self.samples = dict.fromkeys(self.paths, 0)
+        self._last_choice = dict.fromkeys(self.paths, 0)
         self._choices = 0
 
     def choose(self) -> str:
-        """The path of the next drafter-routed step."""
+        """The path of the next step."""
         self._choices += 1
-        fewest = min(self.PATHS, key=lambda p: self.samples[p])
+        fewest = min(self.paths, key=lambda p: self.samples[p])
         if self.samples[fewest] < self.warm:
-            return fewest
-        cheaper = min(self.PATHS, key=lambda p: self.mean_ms[p])
-        if self._choices % self.explore_every == 0:
-            return next(p for p in self.PATHS if p != cheaper)
-        return cheaper
+            path = fewest
+        else:
+            path = min(self.paths, key=lambda p: self.mean_ms[p])
+            if self._choices % self.explore_every == 0:
+                path = min((p for p in self.paths if p != path),
+                           key=lambda p: self._last_choice[p])
+        self._last_choice[path] = self._choices
+        return path
 
     def record(self, path: str, ms: float) -> None:
         """A measured step of ``path`` (ms of its target and draft work; NaN is ignored)."""
@@ -147,4 +156,4 @@ class PathCosts:
 
     def describe(self) -> str:
         """e.g. ``drafter 31.2 ms, ar 24.8 ms``."""
-        return ", ".join(f"{p} {self.mean_ms[p]:.1f} ms" for p in self.PATHS)
+        return ", ".join(f"{p} {self.mean_ms[p]:.1f} ms" for p in self.paths)
