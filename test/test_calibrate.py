@@ -110,3 +110,17 @@ def test_calibrate_reads_held_out_bags_as_the_db_build_read_them(demos, tiny_tar
     assert calibrate.main(["--db", str(db), "--target", tiny_target_path, "--exact",
                            "--min-support", "2", "--out", str(out)]) == 0
     assert VerifySkipCalibration.load(out).n_held_out_steps == 8
+
+
+def test_calibrate_reads_the_router_statistics_of_a_moved_db(demos, tiny_target_path, tmp_path):
+    db = tmp_path / "db"
+    assert build_db.main(["--demos", str(demos), "--db", str(db), "--target", tiny_target_path,
+                          "--router-window", "3", "--exact", "--hold-out-every", "2"]) == 0
+    args = ["--target", tiny_target_path, "--exact", "--min-support", "2"]
+    assert calibrate.main(["--db", str(db), *args, "--out", str(tmp_path / "here.json")]) == 0
+    moved = db.rename(tmp_path / "moved")   # the build recorded paths under db/
+    assert calibrate.main(["--db", str(moved), *args, "--out", str(tmp_path / "moved.json")]) \
+        == 0
+    here = VerifySkipCalibration.load(tmp_path / "here.json")
+    there = VerifySkipCalibration.load(tmp_path / "moved.json")
+    assert there.router_threshold == here.router_threshold

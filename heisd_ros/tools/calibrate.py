@@ -47,7 +47,12 @@ def run(args) -> dict:
     """Collect held-out samples and write the calibration; returns it as a dict."""
     from heisd_ros.calibration.verify_skip import CalibrationConfig, calibrate, collect_samples
     from heisd_ros.data.npz_episodes import iter_episode_paths
-    from heisd_ros.kinematics.router import KinematicRouter, RouterConfig, RouterStats
+    from heisd_ros.kinematics.router import (
+        KinematicRouter,
+        RouterConfig,
+        RouterStats,
+        router_stats_file,
+    )
     from heisd_ros.retrieval.embedding import model_fingerprint
     from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
     from heisd_ros.retrieval.store import open_store
@@ -72,10 +77,12 @@ def run(args) -> dict:
         samples = {}
         for path in paths:
             record = load(path)
-            entry = offline.get("router_stats", {}).get(record.suite, {})
+            # The DB's own file, where every front end looks (the path the build recorded is
+            # relative to where it ran, and stale once the DB is copied or moved).
+            stats_file = router_stats_file(stats_dir, record.suite)
             router = None
-            if "path" in entry:
-                stats = RouterStats.load(entry["path"])
+            if stats_file.is_file():
+                stats = RouterStats.load(stats_file)
                 router = KinematicRouter(RouterConfig(window=stats.window), stats)
             one = collect_samples(target, retriever, [record], router, args.max_steps, config)
             for key, value in one.items():
