@@ -178,3 +178,13 @@ def test_the_skip_threshold_option_overrides_the_calibration(tool, tmp_path):
     args = parser.parse_args(first + ["--max-unverified-run", "-1"])
     with pytest.raises(ValueError, match="--max-unverified-run"):
         context_from_args(args, ["ar", "heisd"])
+    for option, want in (([], (2, 0.97)), (["--follow-min-similarity", "0.94"], (2, 0.94)),
+                         (["--follow-min-similarity", "0.94", "--max-unverified-run", "3"],
+                          (3, 0.94))):
+        ctx, _ = context_from_args(parser.parse_args(first + option), ["ar", "heisd"])
+        ctx.db, ctx.resources.router_stats = ScriptedClient(lambda _e: ok([])), str(stats)
+        unverified = build_method("heisd", ctx).config.unverified
+        assert (unverified.max_run, unverified.follow_min_similarity) == want
+    args = parser.parse_args(first + ["--follow-min-similarity", "1.5"])
+    with pytest.raises(ValueError, match="--follow-min-similarity"):
+        context_from_args(args, ["ar", "heisd"])

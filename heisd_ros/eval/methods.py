@@ -166,6 +166,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
                  retrieval_deadline_ms: float | None = None,
                  skip_threshold: float | None = None,
                  max_unverified_run: int | None = None,
+                 follow_min_similarity: float | None = None,
                  warn=None, choice=None,
                  openvla_options: dict | None = None) -> tuple[MethodContext, dict]:
     """(context, description) for the tools: the target and, if needed, a drafter.
@@ -186,6 +187,8 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ``retrieval_deadline_ms``: time budget of one retrieval query (0: none; None: default).
     ``skip_threshold``: the verify-skip threshold over the calibration's (None: its own).
     ``max_unverified_run``: most unverified steps in a row, for every rule (None: defaults).
+    ``follow_min_similarity``: the ``follow`` rule's least similarity of the followed
+    demonstration's next point (None: default).
     """
     from heisd_ros.models.draft_head_choice import choose_draft_head
     from heisd_ros.models.loading import TargetChoice, load_choice
@@ -210,13 +213,22 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
         raise ValueError(f"--skip-threshold: expected a cosine similarity in [-1, 1], got "
                          f"{skip_threshold}")
     options = {}
-    if max_unverified_run is not None:
+    if max_unverified_run is not None or follow_min_similarity is not None:
         from heisd_ros.decoding.unverified import UnverifiedConfig
 
+        unverified = UnverifiedConfig()
         try:
-            options["unverified"] = UnverifiedConfig.at_most(max_unverified_run)
+            if max_unverified_run is not None:
+                unverified = UnverifiedConfig.at_most(max_unverified_run)
         except ValueError as err:
             raise ValueError(f"--max-unverified-run: {err}") from err
+        try:
+            if follow_min_similarity is not None:
+                unverified = replace(unverified,
+                                     follow_min_similarity=float(follow_min_similarity))
+        except ValueError as err:
+            raise ValueError(f"--follow-min-similarity: {err}") from err
+        options["unverified"] = unverified
     retrieval = None
     if retrieval_deadline_ms is not None:
         from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
@@ -268,7 +280,9 @@ def context_from_args(args, methods, warn=None,
                         retrieval_tree_nodes=args.retrieval_tree_nodes,
                         retrieval_deadline_ms=args.retrieval_deadline_ms,
                         skip_threshold=args.skip_threshold,
-                        max_unverified_run=args.max_unverified_run, warn=warn)
+                        max_unverified_run=args.max_unverified_run,
+                        follow_min_similarity=getattr(args, "follow_min_similarity", None),
+                        warn=warn)
 
 
 def router_stats_for(suite: str | None, explicit: str | None, db_path: str | None) -> str | None:

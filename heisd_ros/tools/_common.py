@@ -84,6 +84,13 @@ def add_decoder_arguments(parser, closed_loop: bool = False) -> None:
                         help="most steps executed without the target VLA in a row, then a "
                              "verified one (hybrid methods; 0 = never unverified; default: "
                              "2)")
+    from heisd_ros.decoding.unverified import UnverifiedConfig
+
+    parser.add_argument("--follow-min-similarity", type=float, default=None, metavar="S",
+                        help="least cosine similarity of the followed demonstration's next "
+                             "point for a step to follow it without the target VLA (methods "
+                             "with the follow rule; default "
+                             f"{UnverifiedConfig().follow_min_similarity:g})")
     from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
 
     parser.add_argument("--retrieval-deadline-ms", type=float, default=None, metavar="MS",

@@ -133,6 +133,7 @@ def run(args):
               "retrieval_tree_nodes": args.retrieval_tree_nodes or GroupTreeConfig().node_budget,
               "skip_threshold": args.skip_threshold,
               "max_unverified_run": args.max_unverified_run,
+              "follow_min_similarity": args.follow_min_similarity,
               "retrieval_deadline_ms": (args.retrieval_deadline_ms
                                         if args.retrieval_deadline_ms is not None
                                         else RetrievalSourceConfig().deadline_s * 1e3)}
