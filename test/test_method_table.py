@@ -178,7 +178,7 @@ def test_the_skip_threshold_option_overrides_the_calibration(tool, tmp_path):
     args = parser.parse_args(first + ["--max-unverified-run", "-1"])
     with pytest.raises(ValueError, match="--max-unverified-run"):
         context_from_args(args, ["ar", "heisd"])
-    for option, want in (([], (2, 0.97)), (["--follow-min-similarity", "0.94"], (2, 0.94)),
+    for option, want in (([], (2, 0.90)), (["--follow-min-similarity", "0.94"], (2, 0.94)),
                          (["--follow-min-similarity", "0.94", "--max-unverified-run", "3"],
                           (3, 0.94))):
         ctx, _ = context_from_args(parser.parse_args(first + option), ["ar", "heisd"])

@@ -97,6 +97,7 @@ def run(args):
 
     from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
     from heisd_ros.decoding.retrieval_tree import GroupTreeConfig
+    from heisd_ros.decoding.unverified import UnverifiedConfig
     from heisd_ros.eval.closed_loop import summarise_by_suite
     from heisd_ros.eval.methods import check_methods
     from heisd_ros.eval.projection import ComponentCosts, project
@@ -133,7 +134,9 @@ def run(args):
               "retrieval_tree_nodes": args.retrieval_tree_nodes or GroupTreeConfig().node_budget,
               "skip_threshold": args.skip_threshold,
               "max_unverified_run": args.max_unverified_run,
-              "follow_min_similarity": args.follow_min_similarity,
+              "follow_min_similarity": (args.follow_min_similarity
+                                        if args.follow_min_similarity is not None
+                                        else UnverifiedConfig().follow_min_similarity),
               "retrieval_deadline_ms": (args.retrieval_deadline_ms
                                         if args.retrieval_deadline_ms is not None
                                         else RetrievalSourceConfig().deadline_s * 1e3)}
