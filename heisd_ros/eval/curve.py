@@ -83,12 +83,14 @@ def plot_curve(path, points: dict[str, list[dict]], key: str) -> Path:
         y = np.array([p["success_rate"] for p in items])
         lo = np.array([p["sr_wilson95"][0] for p in items])
         hi = np.array([p["sr_wilson95"][1] for p in items])
-        ax.errorbar(x, y, yerr=[np.maximum(y - lo, 0), np.maximum(hi - y, 0)], fmt="o-",
-                    capsize=3, label=method)
-        if len({p["value"] for p in items}) > 1:
+        line = ax.errorbar(x, y, yerr=[np.maximum(y - lo, 0), np.maximum(hi - y, 0)],
+                           fmt="o-", capsize=3, label=method)
+        # The value beside each point (the key is in the title); a method whose points all
+        # sit in one place (AR, the reference) gets none.
+        if len({(round(a, 3), round(b, 3)) for a, b in zip(x, y, strict=True)}) > 1:
             for p, xi, yi in zip(items, x, y, strict=True):
-                ax.annotate(f"{key}={p['value']}", (xi, yi), textcoords="offset points",
-                            xytext=(4, 4), fontsize=7)
+                ax.annotate(f"{p['value']}", (xi, yi), textcoords="offset points",
+                            xytext=(4, 4), fontsize=7, color=line[0].get_color())
     ax.axvline(1.0, color="gray", lw=0.6, ls="--")
     ax.set_xlabel("speed-up vs AR, ratio of mean step latencies (this machine)")
     ax.set_ylabel("success rate (95% Wilson interval)")
