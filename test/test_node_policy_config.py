@@ -269,6 +269,20 @@ def test_the_unverified_run_parameter_reaches_the_decoder(tiny, tmp_path, method
         ModelConfig(max_unverified_run=-2)
 
 
+@pytest.mark.parametrize("similarity, want", [(-1.0, 0.90), (0.95, 0.95)])
+def test_the_follow_similarity_parameter_reaches_the_decoder(tiny, tmp_path, similarity, want):
+    _root, vla, target, head = tiny
+    db = tmp_path / "db"
+    _router_stats(db, SUITE)
+    _calibration(db)
+    decoder = pd.build_decoder("heisd", target, ModelConfig(
+        path=vla, drafter_path=head, db_dir=str(db), follow_min_similarity=similarity))
+    decoder.begin_episode(TASK)
+    assert decoder.current.decoder.config.unverified.follow_min_similarity == want
+    with pytest.raises(ValueError, match="follow_min_similarity"):
+        ModelConfig(follow_min_similarity=1.5)
+
+
 def test_explicit_router_statistics_that_do_not_load_fail_the_configure_step(tiny, tmp_path):
     _root, vla, target, head = tiny
     config = ModelConfig(path=vla, drafter_path=head,

@@ -97,6 +97,8 @@ class ModelConfig:
         max_unverified_run: most steps executed without the target VLA in a row, then a
             verified one (``heisd_ros.decoding.unverified``); 0 = never unverified; -1 = the
             default (2).
+        follow_min_similarity: the follow rule's least cosine similarity of the followed
+            demonstration's next point (``UnverifiedConfig``); -1 = the default (0.90).
     """
 
     type: str = "small"
@@ -118,6 +120,7 @@ class ModelConfig:
     retrieval_deadline_s: float = 0.05
     gripper_switch_prob: str = ""
     max_unverified_run: int = -1
+    follow_min_similarity: float = -1.0
 
     def __post_init__(self) -> None:
         self.target_choice()  # raises naming the field
@@ -135,6 +138,9 @@ class ModelConfig:
         if self.max_unverified_run < -1:
             raise ValueError(f"max_unverified_run: expected >= 0 (or -1: the method's "
                              f"default), got {self.max_unverified_run}")
+        if not (self.follow_min_similarity == -1.0 or -1.0 < self.follow_min_similarity <= 1.0):
+            raise ValueError(f"follow_min_similarity: expected a cosine in (-1, 1] (or -1: the "
+                             f"default), got {self.follow_min_similarity}")
 
     def target_choice(self):
         """The target these parameters name (``heisd_ros.models.loading.TargetChoice``)."""
@@ -493,10 +499,14 @@ def build_decoder(method: str, target, config: ModelConfig, retrieval_client=Non
         target, draft_head=head, retriever=retrieval_client,
         retrieval=RetrievalSourceConfig(k=config.retrieval_k,
                                         deadline_s=config.retrieval_deadline_s))
-    if config.max_unverified_run >= 0:
+    if config.max_unverified_run >= 0 or config.follow_min_similarity != -1.0:
         from heisd_ros.decoding.unverified import UnverifiedConfig
 
-        resources.options["unverified"] = UnverifiedConfig.at_most(config.max_unverified_run)
+        unverified = (UnverifiedConfig.at_most(config.max_unverified_run)
+                      if config.max_unverified_run >= 0 else UnverifiedConfig())
+        if config.follow_min_similarity != -1.0:
+            unverified = replace(unverified, follow_min_similarity=config.follow_min_similarity)
+        resources.options["unverified"] = unverified
     if not switches.router:
         resources.calibration = load_calibration(
             resolve_calibration(replace(config, db_dir="")), target)
