@@ -28,7 +28,7 @@ the gripper state unknown, never changing it; never beyond the driver's per-comm
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -71,10 +71,19 @@ class UnverifiedConfig:
     max_translation_m: float = 0.02
     max_rotation_rad: float = 0.15
 
-    @classmethod
-    def at_most(cls, n: int) -> UnverifiedConfig:
-        """The defaults with at most ``n`` unverified steps in a row for every rule."""
-        return cls(max_run=n, paper_max_run=n)
+    def overridden(self, max_run: int | None = None,
+                   follow_min_similarity: float | None = None) -> UnverifiedConfig:
+        """This config with other limits (None: that one kept).
+
+        ``max_run``: most unverified steps in a row, for every rule; ``follow_min_similarity``:
+        the follow rule's threshold.
+        """
+        changes: dict = {}
+        if max_run is not None:
+            changes.update(max_run=max_run, paper_max_run=max_run)
+        if follow_min_similarity is not None:
+            changes["follow_min_similarity"] = float(follow_min_similarity)
+        return replace(self, **changes)
 
     def __post_init__(self) -> None:
         """Refuse negative counts and non-finite or negative bounds."""

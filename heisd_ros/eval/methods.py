@@ -217,17 +217,13 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
         from heisd_ros.decoding.unverified import UnverifiedConfig
 
         unverified = UnverifiedConfig()
-        try:
-            if max_unverified_run is not None:
-                unverified = UnverifiedConfig.at_most(max_unverified_run)
-        except ValueError as err:
-            raise ValueError(f"--max-unverified-run: {err}") from err
-        try:
-            if follow_min_similarity is not None:
-                unverified = replace(unverified,
-                                     follow_min_similarity=float(follow_min_similarity))
-        except ValueError as err:
-            raise ValueError(f"--follow-min-similarity: {err}") from err
+        for option, change in (("--max-unverified-run", {"max_run": max_unverified_run}),
+                               ("--follow-min-similarity",
+                                {"follow_min_similarity": follow_min_similarity})):
+            try:
+                unverified = unverified.overridden(**change)
+            except ValueError as err:
+                raise ValueError(f"{option}: {err}") from err
         options["unverified"] = unverified
     retrieval = None
     if retrieval_deadline_ms is not None:

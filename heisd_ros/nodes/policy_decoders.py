@@ -138,7 +138,7 @@ class ModelConfig:
         if self.max_unverified_run < -1:
             raise ValueError(f"max_unverified_run: expected >= 0 (or -1: the method's "
                              f"default), got {self.max_unverified_run}")
-        if not (self.follow_min_similarity == -1.0 or -1.0 < self.follow_min_similarity <= 1.0):
+        if not -1.0 <= self.follow_min_similarity <= 1.0:   # NaN too
             raise ValueError(f"follow_min_similarity: expected a cosine in (-1, 1] (or -1: the "
                              f"default), got {self.follow_min_similarity}")
 
@@ -502,11 +502,10 @@ def build_decoder(method: str, target, config: ModelConfig, retrieval_client=Non
     if config.max_unverified_run >= 0 or config.follow_min_similarity != -1.0:
         from heisd_ros.decoding.unverified import UnverifiedConfig
 
-        unverified = (UnverifiedConfig.at_most(config.max_unverified_run)
-                      if config.max_unverified_run >= 0 else UnverifiedConfig())
-        if config.follow_min_similarity != -1.0:
-            unverified = replace(unverified, follow_min_similarity=config.follow_min_similarity)
-        resources.options["unverified"] = unverified
+        resources.options["unverified"] = UnverifiedConfig().overridden(
+            max_run=config.max_unverified_run if config.max_unverified_run >= 0 else None,
+            follow_min_similarity=(config.follow_min_similarity
+                                   if config.follow_min_similarity != -1.0 else None))
     if not switches.router:
         resources.calibration = load_calibration(
             resolve_calibration(replace(config, db_dir="")), target)
