@@ -142,7 +142,12 @@ def deployment(request, tmp_path_factory):
             "method": method, "model.path": vla, "model.drafter_path": head,
             "model.router_stats_path": str(tmp / "db" / f"router_stats_{SUITE}.json"),
             "model.calibration_path": str(tmp / "db" / "calibration.json"),
-            "model.retrieval_deadline_s": 0.5, "diagnostics_period_s": 0.5}),
+            "model.retrieval_deadline_s": 0.5, "diagnostics_period_s": 0.5,
+            # what is checked here is the retrieval flow; a loaded machine delivers frames
+            # late, and the freshness rules have tests of their own (test_node_policy,
+            # test_node_policy_inputs)
+            "input.max_age_s": 10.0, "input.max_state_skew_s": 10.0,
+            "max_command_age_s": 10.0}),
     }
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
@@ -179,8 +184,9 @@ def test_episode_with_retrieval_then_drafter_mode_then_retrieval_again(deploymen
     def retrieval_steps(since=0):
         return [s for s in seen["step"][since:] if s.draft_source == HybridStep.DRAFT_RETRIEVAL]
 
-    # 1. commands flow; retrieval drafts are used (by the router's choice for heisd)
-    assert spin_until(executor, lambda: len(retrieval_steps()) >= 3, 90), logs(procs)
+    # 1. commands flow; retrieval drafts are used (by the router's choice for heisd). The
+    # deadline includes three processes starting (torch, MuJoCo) on a possibly loaded machine.
+    assert spin_until(executor, lambda: len(retrieval_steps()) >= 3, 300), logs(procs)
     if METHODS[method].router:
         assert all(s.router_mode == HybridStep.ROUTER_RETRIEVAL and s.fused_metric >= 0.0
                    for s in retrieval_steps())
@@ -210,7 +216,7 @@ def test_episode_with_retrieval_then_drafter_mode_then_retrieval_again(deploymen
         return [s for s in seen["step"]
                 if s.header.stamp.sec + s.header.stamp.nanosec * 1e-9 > killed_s]
 
-    assert spin_until(executor, lambda: len(after_kill()) >= 3, 60), logs(procs)
+    assert spin_until(executor, lambda: len(after_kill()) >= 3, 120), logs(procs)
     after = after_kill()
     after_indices = {s.step_index for s in after}
     assert spin_until(executor, lambda: after_indices <= {c.step_index for c in seen["cmd"]}, 5)
@@ -229,7 +235,7 @@ def test_episode_with_retrieval_then_drafter_mode_then_retrieval_again(deploymen
     # 3. it comes back: retrieval is used again
     procs["retrieval_node"] = NodeProcess("retrieval_node", tmp, domain, retrieval_overrides)
     back_at = len(seen["step"])
-    assert spin_until(executor, lambda: retrieval_steps(back_at), 90), logs(procs)
+    assert spin_until(executor, lambda: retrieval_steps(back_at), 300), logs(procs)
 
     # the arm moved under the commands
     assert spin_until(executor, lambda: len(seen["pose"]) >= 2, 10)

@@ -329,14 +329,14 @@ class SimNode(Node):
             status.done, status.success, status.reason = True, True, "success"
         elif status.step >= status.max_steps:
             status.done, status.reason = True, "max_steps"
+        self._publish_all()
         if status.done:
             then = "call ~/reset for the next"
-            if self.config.auto_reset:
+            if self.config.auto_reset:  # the end stands for the delay from its publication
                 self._auto_reset_at = time.monotonic() + self.config.auto_reset_delay_s
                 then = f"the next starts in {self.config.auto_reset_delay_s:g} s"
             self.get_logger().info(f"episode {status.episode} over after {status.step} steps: "
                                    f"{status.reason}; {then}")
-        self._publish_all()
 
     def _publish_frames(self, stamp=None) -> None:
         stamp = stamp or self.get_clock().now().to_msg()
