@@ -13,6 +13,7 @@ import ast
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from heisd_ros.decoding.methods import METHOD_NAMES, METHODS
@@ -188,3 +189,33 @@ def test_the_skip_threshold_option_overrides_the_calibration(tool, tmp_path):
     args = parser.parse_args(first + ["--follow-min-similarity", "1.5"])
     with pytest.raises(ValueError, match="--follow-min-similarity"):
         context_from_args(args, ["ar", "heisd"])
+
+
+def test_the_router_decides_from_fewer_points_with_router_min_points(tmp_path):
+    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
+    from heisd_ros.eval.methods import build_method, context_from_args
+    from heisd_ros.kinematics.router import RouterStats
+    from heisd_ros.tools import eval as eval_tool
+    from test.test_hybrid_helpers import ScriptedClient, ok
+
+    calibration, stats = tmp_path / "calibration.json", tmp_path / "router_stats.json"
+    VerifySkipCalibration(skip_threshold=1.0, router_threshold=0.2, precision_target=0.95,
+                          skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
+                          hidden_similarity_threshold=1.0, n_held_out_steps=0,
+                          n_pairs=0).save(calibration)
+    RouterStats(0.0, 1.0, 0.0, 0.1, window=8).save(stats)
+    parser = eval_tool.build_parser()
+    first = ["--suites", "piper_goal", "--calibration", str(calibration)]
+    straight = np.linspace([0.3, 0.0, 0.2], [0.4, 0.0, 0.2], 8)
+    for option, want, decided_from in (([], 0, 8), (["--router-min-points", "5"], 5, 5),
+                                       (["--router-min-points", "30"], 8, 8)):
+        ctx, _ = context_from_args(parser.parse_args(first + option), ["ar", "heisd"])
+        ctx.db, ctx.resources.router_stats = ScriptedClient(lambda _e: ok([])), str(stats)
+        router = build_method("heisd", ctx).router
+        # the calibration's threshold, the statistics' window, the option's fewest points
+        assert (router.config.threshold, router.config.window, router.config.min_points) \
+            == (pytest.approx(0.2), 8, want)
+        assert np.isnan(router.decide(straight[:decided_from - 1]).fused)
+        assert np.isfinite(router.decide(straight[:decided_from]).fused)
+    with pytest.raises(ValueError, match="--router-min-points"):
+        context_from_args(parser.parse_args(first + ["--router-min-points", "2"]), ["heisd"])

@@ -627,8 +627,10 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
         if stats is None:
             raise ValueError(f"router_stats: method {method!r} needs router statistics "
                              f"(heisd-build-db writes router_stats_<suite>.json)")
-        if stats.window != config.router.window:
-            config = replace(config, router=replace(config.router, window=stats.window))
+        if stats.window != config.router.window:  # a partial window stays within the window
+            config = replace(config, router=replace(
+                config.router, window=stats.window,
+                min_points=min(config.router.min_points, stats.window)))
         router = KinematicRouter(config.router, stats)
     return HybridDecoder(target, config, drafter=drafter, retrieval=retrieval, router=router,
                          codec=codec, task=task)

@@ -167,6 +167,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
                  skip_threshold: float | None = None,
                  max_unverified_run: int | None = None,
                  follow_min_similarity: float | None = None,
+                 router_min_points: int | None = None,
                  warn=None, choice=None,
                  openvla_options: dict | None = None) -> tuple[MethodContext, dict]:
     """(context, description) for the tools: the target and, if needed, a drafter.
@@ -189,6 +190,8 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ``max_unverified_run``: most unverified steps in a row, for every rule (None: defaults).
     ``follow_min_similarity``: the ``follow`` rule's least similarity of the followed
     demonstration's next point (None: default).
+    ``router_min_points``: fewest EE positions from which the router decides (None: a full
+    window).
     """
     from heisd_ros.models.draft_head_choice import choose_draft_head
     from heisd_ros.models.loading import TargetChoice, load_choice
@@ -225,6 +228,15 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
             except ValueError as err:
                 raise ValueError(f"{option}: {err}") from err
         options["unverified"] = unverified
+    if router_min_points is not None:
+        from heisd_ros.kinematics.router import RouterConfig
+
+        try:
+            # the window comes from the router statistics; more points than it: a full window
+            n = int(router_min_points)
+            options["router"] = RouterConfig(window=max(RouterConfig().window, n), min_points=n)
+        except ValueError as err:
+            raise ValueError(f"--router-min-points: {err}") from err
     retrieval = None
     if retrieval_deadline_ms is not None:
         from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
@@ -278,6 +290,7 @@ def context_from_args(args, methods, warn=None,
                         skip_threshold=args.skip_threshold,
                         max_unverified_run=args.max_unverified_run,
                         follow_min_similarity=getattr(args, "follow_min_similarity", None),
+                        router_min_points=getattr(args, "router_min_points", None),
                         warn=warn)
 
 

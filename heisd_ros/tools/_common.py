@@ -91,6 +91,10 @@ def add_decoder_arguments(parser, closed_loop: bool = False) -> None:
                              "point for a step to follow it without the target VLA (methods "
                              "with the follow rule; default "
                              f"{UnverifiedConfig().follow_min_similarity:g})")
+    parser.add_argument("--router-min-points", type=int, default=None, metavar="N",
+                        help="fewest EE positions from which the router decides (3..its "
+                             "window); the first steps of an episode, with fewer, are "
+                             "drafter-routed (router methods; default: a full window)")
     from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
 
     parser.add_argument("--retrieval-deadline-ms", type=float, default=None, metavar="MS",

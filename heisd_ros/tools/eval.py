@@ -137,6 +137,7 @@ def run(args):
               "follow_min_similarity": (args.follow_min_similarity
                                         if args.follow_min_similarity is not None
                                         else UnverifiedConfig().follow_min_similarity),
+              "router_min_points": args.router_min_points or 0,
               "retrieval_deadline_ms": (args.retrieval_deadline_ms
                                         if args.retrieval_deadline_ms is not None
                                         else RetrievalSourceConfig().deadline_s * 1e3)}
