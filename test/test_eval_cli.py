@@ -54,10 +54,14 @@ def test_eval_rejects_unknown_names(capsys):
 
 def test_workers_give_the_same_episodes_as_one_process(tiny_target_path, tmp_path, capsys):
     common = ["--suites", "piper_goal", "--tasks", "red_block_on_plate", "blue_block_in_basket",
-              "--episodes", "1", "--max-steps", "2", "--image-size", "32", "--methods", "ar",
+              "--episodes", "2", "--max-steps", "2", "--image-size", "32", "--methods", "ar",
               "--target", tiny_target_path, "--threads", "1"]
     assert eval_tool.main([*common, "--json", str(tmp_path / "one.json")]) == 0
+    capsys.readouterr()
     assert eval_tool.main([*common, "--workers", "2", "--json", str(tmp_path / "two.json")]) == 0
+    # the progress bar moves with every episode a worker finishes, not with every task
+    bar = capsys.readouterr().err
+    assert all(f"| {n}/4 [" in bar for n in range(1, 5)), bar
     one, two = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
     assert two["config"]["workers"] == 2 and one["config"]["workers"] == 1
     # Same seeded episodes, same order, same outcomes and lengths (greedy decoding, seeded sim).

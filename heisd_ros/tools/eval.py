@@ -107,10 +107,16 @@ def run(args):
     if args.workers < 1:
         raise ValueError(f"--workers: expected >= 1, got {args.workers}")
     workers = min(args.workers, len(tasks))
+    # every finished episode moves the bar (a task of 5 methods x 20 episodes takes minutes)
     with tqdm(total=len(tasks) * args.episodes * len(methods), unit="episode",
-              file=sys.stderr) as bar:
+              file=sys.stderr, mininterval=0, miniters=1) as bar:
+
+        def finished(task: str, method: str) -> None:
+            bar.set_postfix(task=task, method=method, refresh=False)
+            bar.update(1)
+
         if workers == 1:
-            runs, desc = _run_tasks(args, methods, tasks, bar)
+            runs, desc = _run_tasks(args, methods, tasks, finished)
         else:
             # One job per task; every job interleaves the methods itself, so speed-ups stay
             # ratios measured side by side in one process.
@@ -118,12 +124,18 @@ def run(args):
 
             runs, desc = [], None
             spawn = multiprocessing.get_context("spawn")   # no fork after EGL/torch init
-            with spawn.Pool(workers) as pool:
-                for task_runs, task_desc in pool.imap_unordered(
-                        _worker, [(args, methods, pairs) for pairs in _jobs(tasks)]):
-                    runs += task_runs
-                    desc = desc or task_desc
-                    bar.update(len(task_runs))
+            episodes = spawn.Queue()  # (task, method) of each finished episode, from workers
+            with spawn.Pool(workers, initializer=_init_worker, initargs=(episodes,)) as pool:
+                pending = [pool.apply_async(_worker, ((args, methods, pairs),))
+                           for pairs in _jobs(tasks)]
+                while pending:
+                    _drain(episodes, finished, timeout_s=0.5)
+                    for job in [job for job in pending if job.ready()]:
+                        pending.remove(job)
+                        task_runs, task_desc = job.get()  # a worker's error is raised here
+                        runs += task_runs
+                        desc = desc or task_desc
+                bar.update(len(runs) - bar.n)  # reports still in flight when the last job ended
             order = {pair: i for i, pair in enumerate(tasks)}
             runs.sort(key=lambda r: (order[(r.suite, r.task)], r.seed, methods.index(r.method)))
     suites = summarise_by_suite(runs)
@@ -150,8 +162,11 @@ def run(args):
     return result, runs
 
 
-def _run_tasks(args, methods, tasks, bar=None):
-    """Episodes of ``tasks`` (suite, task pairs) for every method; returns (runs, model info)."""
+def _run_tasks(args, methods, tasks, finished=None):
+    """Episodes of ``tasks`` (suite, task pairs) for every method; returns (runs, model info).
+
+    ``finished(task, method)`` is called after every episode.
+    """
     from heisd_ros.eval.closed_loop import run_interleaved_episodes
     from heisd_ros.eval.methods import build_method, context_from_args, router_stats_for
     from heisd_ros.sim.config import SimConfig
@@ -160,9 +175,8 @@ def _run_tasks(args, methods, tasks, bar=None):
     ctx, desc = context_from_args(args, methods, warn=_warn, closed_loop=True)
 
     def progress(suite, task, seed, method, success):
-        if bar is not None:
-            bar.set_postfix(task=task, method=method)
-            bar.update(1)
+        if finished is not None:
+            finished(task, method)
 
     ctx.tasks = tuple(dict.fromkeys(task for _, task in tasks))
     runs = []
@@ -187,13 +201,34 @@ def _jobs(tasks) -> list[list[tuple[str, str]]]:
     return list(by_name.values())
 
 
+_episodes_queue = None  # in a ``--workers`` process: where finished episodes are reported
+
+
+def _init_worker(episodes) -> None:
+    global _episodes_queue
+    _episodes_queue = episodes
+
+
 def _worker(job):
-    """One ``--workers`` process: its share of the tasks."""
+    """One ``--workers`` process: its share of the tasks, each episode reported as it ends."""
     from heisd_ros.tools._common import set_threads
 
     args, methods, tasks = job
     set_threads(args.threads)
-    return _run_tasks(args, methods, tasks)
+    report = None if _episodes_queue is None else lambda *episode: _episodes_queue.put(episode)
+    return _run_tasks(args, methods, tasks, report)
+
+
+def _drain(episodes, finished, timeout_s: float) -> None:
+    """Pass on the episodes reported so far, waiting up to ``timeout_s`` for the first."""
+    import queue
+
+    try:
+        finished(*episodes.get(timeout=timeout_s))
+        while True:
+            finished(*episodes.get_nowait())
+    except queue.Empty:
+        return
 
 
 def _threads() -> int:
