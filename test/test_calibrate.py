@@ -124,3 +124,29 @@ def test_calibrate_reads_the_router_statistics_of_a_moved_db(demos, tiny_target_
     here = VerifySkipCalibration.load(tmp_path / "here.json")
     there = VerifySkipCalibration.load(tmp_path / "moved.json")
     assert there.router_threshold == here.router_threshold
+
+
+def test_calibrate_from_another_directory_finds_the_held_out_episodes(demos, tiny_target_path,
+                                                                     tmp_path, monkeypatch,
+                                                                     capsys):
+    import shutil
+
+    shutil.copytree(demos, tmp_path / "build" / "demos")
+    monkeypatch.chdir(tmp_path / "build")  # the build names the demos relative to here
+    assert build_db.main(["--demos", "demos", "--db", "db", "--target", tiny_target_path,
+                          "--router-window", "3", "--exact", "--hold-out-every", "2"]) == 0
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    args = ["--db", str(tmp_path / "build" / "db"), "--target", tiny_target_path, "--exact",
+            "--min-support", "2"]
+    assert calibrate.main([*args, "--out", "cal.json"]) == 0
+    assert VerifySkipCalibration.load("cal.json").n_held_out_steps == 8
+    # the demos moved away: the tool says which episode and how to point at them
+    (tmp_path / "build" / "demos").rename(tmp_path / "build" / "moved")
+    capsys.readouterr()
+    assert calibrate.main([*args, "--out", "again.json"]) == 2
+    err = capsys.readouterr().err
+    assert "held_out_episodes" in err and str(tmp_path / "build" / "demos") in err \
+        and "--held-out" in err, err
+    assert calibrate.main([*args, "--held-out", str(tmp_path / "build" / "moved"),
+                           "--out", "again.json"]) == 0

@@ -115,6 +115,22 @@ def load_target_from_args(args, closed_loop: bool = False):
                                openvla_options=getattr(args, "openvla_options", None))
 
 
+def recorded_episodes(offline: dict, key: str, option: str) -> list[Path]:
+    """The episodes ``offline_stats.json`` lists under ``key``; a moved one is named.
+
+    ``heisd-build-db`` records them as absolute paths, so a tool may run from any directory;
+    a DB copied to another machine lists paths that are not there: ValueError naming the
+    file, the path and the tool's ``option`` that reads the episodes from elsewhere.
+    """
+    paths = [Path(p) for p in offline.get(key) or []]
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        raise ValueError(f"offline_stats.json lists {len(missing)} of {len(paths)} {key} that "
+                         f"are not here (first: {missing[0]}; moved, or built elsewhere): "
+                         f"pass {option} DIR")
+    return paths
+
+
 def episode_loader(offline: dict):
     """A reader of the episodes a DB lists, as heisd-build-db read them (npz, or rosbag2).
 

@@ -50,6 +50,7 @@ from heisd_ros.tools._common import (
     episode_loader,
     int_vector,
     load_target_from_args,
+    recorded_episodes,
     set_threads,
 )
 
@@ -158,8 +159,9 @@ def _hybrid_resources(args, target, resources, methods: list[str]) -> tuple[list
 
     stats_dir = Path(args.stats_dir or args.db)
     offline = json.loads((stats_dir / "offline_stats.json").read_text(encoding="utf-8"))
+    key = "held_out_episodes" if offline.get("held_out_episodes") else "db_episodes"
     paths = (iter_episode_paths(args.demos) if args.demos
-             else [Path(p) for p in offline["held_out_episodes"] or offline["db_episodes"]])
+             else recorded_episodes(offline, key, "--demos"))
     wanted = args.observations + args.warmup
     observations, suite = [], None
     load = episode_loader(offline)  # npz or rosbag2, as the DB was built

@@ -264,8 +264,9 @@ def build(args) -> dict:
               "points": summary.points, "episodes": summary.episodes,
               "tasks": list(summary.tasks),
               "shared_collections": {t: list(v) for t, v in summary.shared.items()},
-              "db_episodes": [str(p) for p in db_paths],
-              "held_out_episodes": [str(p) for p in held_out],
+              # absolute: heisd-calibrate and heisd-bench may run from any directory
+              "db_episodes": [str(p.resolve()) for p in db_paths],
+              "held_out_episodes": [str(p.resolve()) for p in held_out],
               "demos_format": "bag" if db_paths[0].is_dir() else "npz",
               "bag_options": _bag_options(args) if db_paths[0].is_dir() else None,
               "index": index,

@@ -57,12 +57,16 @@ def run(args) -> dict:
     from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
     from heisd_ros.retrieval.store import open_store
     from heisd_ros.retrieval.store_config import StoreConfig
-    from heisd_ros.tools._common import episode_loader, load_target_from_args
+    from heisd_ros.tools._common import (
+        episode_loader,
+        load_target_from_args,
+        recorded_episodes,
+    )
 
     stats_dir = Path(args.stats_dir or args.db)
     offline = json.loads((stats_dir / "offline_stats.json").read_text(encoding="utf-8"))
     paths = (iter_episode_paths(args.held_out) if args.held_out
-             else [Path(p) for p in offline.get("held_out_episodes", [])])
+             else recorded_episodes(offline, "held_out_episodes", "--held-out"))
     if not paths:
         raise ValueError("held-out: no held-out episodes (build the DB with --hold-out-every "
                          "> 0, or pass --held-out)")
