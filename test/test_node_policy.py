@@ -60,9 +60,11 @@ def graph(tmp_path_factory):
         Parameter("method", value="drafter"), Parameter("model.path", value=vla),
         Parameter("model.drafter_path", value=head), Parameter("instruction", value="pick it"),
         Parameter("warn_throttle_s", value=0.0), Parameter("diagnostics_period_s", value=0.2),
-        # a loaded machine may take a few tenths of a second to a decode: the stale case is
-        # 3 s old, so a 2 s limit still tells it apart from a slow good frame
+        # a loaded machine may take a few tenths of a second to a decode, or between the
+        # state and the frames: the stale case is 3 s old, so a 2 s limit still tells it
+        # apart from a slow good frame
         Parameter("input.max_age_s", value=2.0), Parameter("max_command_age_s", value=2.0),
+        Parameter("input.max_state_skew_s", value=2.0),
         # the silent-input report has its own test, which lowers this for its duration
         Parameter("input_timeout_s", value=30.0)])
     broken = PolicyNode("broken_policy", context=context, parameter_overrides=[
