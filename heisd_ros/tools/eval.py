@@ -215,8 +215,7 @@ def _worker(job):
 
     args, methods, tasks = job
     set_threads(args.threads)
-    report = None if _episodes_queue is None else lambda *episode: _episodes_queue.put(episode)
-    return _run_tasks(args, methods, tasks, report)
+    return _run_tasks(args, methods, tasks, lambda *episode: _episodes_queue.put(episode))
 
 
 def _drain(episodes, finished, timeout_s: float) -> None:
