@@ -192,9 +192,14 @@ class Driver:
         return sum(int(self.value("controller", f"commands_{k}") or 0)
                    for k in ("executed", "rejected", "waited"))
 
-    def wait_pose(self, goal: np.ndarray, atol: float = POS_TOL_M) -> bool:
-        return self.wait_for(
+    def wait_pose(self, goal: np.ndarray, atol: float = POS_TOL_M) -> None:
+        """Until /ee_pose is at ``goal``; a failure says where the arm is and why."""
+        reached = self.wait_for(
             lambda: bool(self.poses) and np.allclose(self.pose()[0], goal, rtol=0, atol=atol)
+        )
+        assert reached, (
+            f"EE at {self.pose()[0] if self.poses else None}, not {goal}; controller "
+            f"{self.diag('controller')[1]}\n{self.proc.text()[-2000:]}"
         )
 
     def executed(self) -> int:
@@ -299,7 +304,7 @@ def test_delta_commands_move_the_ee_by_the_commanded_deltas(driver):
         # The next delta only once the arm is there, as a policy at its rate would: a stream
         # faster than the speed limit loses its lead beyond one step (its own test covers that).
         goal = start + i * step
-        assert drv.wait_pose(goal), (drv.pose()[0] - goal, drv.proc.text()[-2000:])
+        drv.wait_pose(goal)
     # Delta rotations turn about the fixed base axes: R = Rz(0.09) @ R0.
     assert drv.wait_for(
         lambda: rotation_angle(drv.pose()[1], rpy_to_matrix([0, 0, 0.09]) @ rot0) < ANGLE_TOL_RAD
@@ -315,14 +320,14 @@ def test_step_limit_and_workspace_box_clamp_the_target(driver):
     start, _ = drv.ready()
     drv.send(dp=(0.5, 0.0, 0.0))  # 25x the 2 cm step limit
     goal = start + [0.02, 0.0, 0.0]
-    assert drv.wait_pose(goal), drv.pose()[0] - goal
+    drv.wait_pose(goal)
     assert drv.wait_for(lambda: "step_translation" in drv.value("controller", "last_clamped"))
 
     z = goal[2]
     for _ in range(6):  # climb 2 cm per command until the lid at Z_MAX stops it
         drv.send(dp=(0.0, 0.0, 0.02))
         z = min(z + 0.02, Z_MAX)
-        assert drv.wait_pose([goal[0], goal[1], z]), drv.pose()[0]
+        drv.wait_pose([goal[0], goal[1], z])
         if z == Z_MAX:
             break
     assert drv.wait_for(lambda: "workspace_z_max" in drv.value("controller", "last_clamped"))
@@ -337,7 +342,7 @@ def test_nan_foreign_frame_and_malformed_commands_move_nothing(driver):
     start, _ = drv.ready()
     drv.send(dp=(0.01, 0.0, 0.0))
     start = start + [0.01, 0.0, 0.0]
-    assert drv.wait_pose(start)
+    drv.wait_pose(start)
     drv.fresh_diag()
     executed, target = drv.executed(), drv.truth("ee_target_m")
 
@@ -363,7 +368,7 @@ def test_watchdog_holds_the_pose_without_disabling_and_diagnostics_say_so(driver
     start, _ = drv.ready()
     drv.send(dp=(0.0, 0.01, 0.0))
     assert drv.wait_for(lambda: drv.value("controller", "status") == "running")
-    assert drv.wait_pose(start + [0.0, 0.01, 0.0])
+    drv.wait_pose(start + [0.0, 0.01, 0.0])
     # Commands stop: after watchdog_timeout_s (1 s) the controller holds.
     assert drv.wait_for(lambda: drv.value("controller", "status") == "watchdog_hold", 5.0)
     status, values = drv.diag("controller")
@@ -376,7 +381,7 @@ def test_watchdog_holds_the_pose_without_disabling_and_diagnostics_say_so(driver
     assert drv.value("emulated arm", "motors_enabled") == "111111"  # ...and never disables
     drv.send(dp=(0.0, -0.01, 0.0))
     assert drv.wait_for(lambda: drv.value("controller", "status") == "running")
-    assert drv.wait_pose(start)
+    drv.wait_pose(start)
 
 
 def test_gripper_is_strict_and_the_arm_waits_while_it_moves(driver):
@@ -393,7 +398,7 @@ def test_gripper_is_strict_and_the_arm_waits_while_it_moves(driver):
     ] * 2:
         drv.send(dp=(0.0, 0.0, -0.004), gripper=CLOSED, from_target=from_target, source=source)
         pos = pos + [0.0, 0.0, -0.004]
-        assert drv.wait_pose(pos)
+        drv.wait_pose(pos)
     drv.fresh_diag()
     assert drv.frames(0x159) == gripper_frames and drv.value("controller", "gripper") == "open"
     assert drv.gripper_width() == pytest.approx(0.07, abs=1e-5)
@@ -401,7 +406,7 @@ def test_gripper_is_strict_and_the_arm_waits_while_it_moves(driver):
     # From the target: the first asks (hysteresis 1 of 2), the arm part runs...
     drv.send(dp=(0.0, 0.0, -0.004), gripper=CLOSED, from_target=True)
     pos = pos + [0.0, 0.0, -0.004]
-    assert drv.wait_pose(pos)
+    drv.wait_pose(pos)
     assert drv.value("controller", "gripper") == "open"
     # ...the second closes the gripper; its arm part and the next command's wait.
     drv.send(dp=(0.0, 0.0, -0.004), gripper=CLOSED, from_target=True)
@@ -419,7 +424,7 @@ def test_gripper_is_strict_and_the_arm_waits_while_it_moves(driver):
     np.testing.assert_allclose(drv.pose()[0], pos, rtol=0, atol=POS_TOL_M)
     assert drv.truth("gripper_target_m") == pytest.approx(0.0, abs=1e-9)
     drv.send(dp=(0.01, 0.0, 0.0), gripper=CLOSED, from_target=True)  # now the arm moves again
-    assert drv.wait_pose(pos + [0.01, 0.0, 0.0])
+    drv.wait_pose(pos + [0.01, 0.0, 0.0])
 
 
 def test_estop_reaches_the_arm_latches_and_recovers_after_its_reset(driver):
@@ -445,7 +450,7 @@ def test_estop_reaches_the_arm_latches_and_recovers_after_its_reset(driver):
     assert drv.call("emulator/clear_faults").success  # the arm's own reset
     assert drv.wait_for(lambda: drv.call("clear_fault").success)
     drv.send(dp=(0.0, 0.0, -0.01))
-    assert drv.wait_pose(start + [0.0, 0.0, -0.01])
+    drv.wait_pose(start + [0.0, 0.0, -0.01])
 
 
 def test_collision_reported_by_the_arm_is_an_error_and_a_hold(driver):
@@ -499,7 +504,7 @@ def test_can_loss_is_an_error_the_node_holds_and_keeps_running(driver):
     here, _ = drv.settled_pose()
     np.testing.assert_allclose(here, start, rtol=0, atol=POS_TOL_M)  # it held
     drv.send(dp=(0.0, 0.0, -0.01))
-    assert drv.wait_pose(start + [0.0, 0.0, -0.01])
+    drv.wait_pose(start + [0.0, 0.0, -0.01])
 
 
 def test_disable_warns_that_the_arm_drops_and_commands_wait_for_enable(driver):
@@ -514,7 +519,7 @@ def test_disable_warns_that_the_arm_drops_and_commands_wait_for_enable(driver):
         "controller", "last_rejected_reason"))
     assert drv.call("enable").success
     drv.send(dp=(0.01, 0.0, 0.0))
-    assert drv.wait_pose(start + [0.01, 0.0, 0.0])
+    drv.wait_pose(start + [0.01, 0.0, 0.0])
 
 
 def test_a_silent_arm_at_start_is_reported_and_the_node_keeps_running(context, tmp_path):
