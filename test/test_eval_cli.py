@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from heisd_ros.tools import eval as eval_tool
 
 
@@ -74,9 +76,81 @@ def test_worker_jobs_keep_a_task_name_shared_by_two_suites_in_one_process():
     """One DB collection per task name: two processes must never load the same shard."""
     tasks = [("piper_goal", "red_block_in_basket"), ("piper_goal", "stack_blue_on_red"),
              ("piper_object", "red_block_in_basket")]
-    assert eval_tool._jobs(tasks) == [
-        [("piper_goal", "red_block_in_basket"), ("piper_object", "red_block_in_basket")],
-        [("piper_goal", "stack_blue_on_red")]]
+    assert eval_tool._jobs(tasks, 5) == [
+        ("red_block_in_basket",
+         [("piper_goal", "red_block_in_basket"), ("piper_object", "red_block_in_basket")]),
+        ("stack_blue_on_red", [("piper_goal", "stack_blue_on_red")])]
+
+
+def test_jobs_run_the_longest_first():
+    """The last jobs run alone while other workers idle: they should be the short ones."""
+    from heisd_ros.sim.suites import get_task, list_tasks
+
+    tasks = [(s, t) for s in ("piper_goal", "piper_long") for t in list_tasks(s)]
+    limits = [sum(get_task(s, t).max_steps for s, t in pairs)
+              for _, pairs in eval_tool._jobs(tasks, None)]
+    assert limits == sorted(limits, reverse=True) and limits[0] > limits[-1]
+    # the long suite's tasks come first although they were listed last
+    assert eval_tool._jobs(tasks, None)[0][1][0][0] == "piper_long"
+
+
+def test_an_interrupted_run_resumes_with_the_tasks_it_finished(tiny_target_path, tmp_path,
+                                                                capsys, monkeypatch):
+    common = ["--suites", "piper_goal", "--tasks", "red_block_on_plate", "blue_block_in_basket",
+              "--episodes", "2", "--max-steps", "3", "--image-size", "32",
+              "--methods", "ar", "drafter", "--target", tiny_target_path, "--threads", "1"]
+    out = tmp_path / "e.json"
+    parts = tmp_path / "e.json.parts"
+    assert eval_tool.main([*common, "--json", str(tmp_path / "fresh.json")]) == 0
+    fresh = json.loads((tmp_path / "fresh.json").read_text())
+    assert not (tmp_path / "fresh.json.parts").exists()  # kept only until the results are
+
+    real = eval_tool._run_tasks
+    ran: list[str] = []
+
+    def crashing(args, methods, pairs, finished=None):
+        ran.append(pairs[0][1])
+        if pairs[0][1] == "blue_block_in_basket":
+            raise KeyboardInterrupt  # the run is stopped during its second task
+        return real(args, methods, pairs, finished)
+
+    monkeypatch.setattr(eval_tool, "_run_tasks", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        eval_tool.main([*common, "--json", str(out)])
+    assert not out.exists() and [p.name for p in parts.iterdir()] == [
+        "red_block_on_plate.json.gz"]
+
+    def counting(args, methods, pairs, finished=None):
+        ran.append(pairs[0][1])
+        return real(args, methods, pairs, finished)
+
+    monkeypatch.setattr(eval_tool, "_run_tasks", counting)
+    ran.clear()
+    capsys.readouterr()
+    # Other options: nothing is reused.
+    assert eval_tool.main([*common, "--seed", "5", "--json", str(out), "--resume"]) == 0
+    assert "resuming: 0 of 2 tasks done already" in capsys.readouterr().err
+    assert sorted(ran) == ["blue_block_in_basket", "red_block_on_plate"]
+
+    with pytest.raises(KeyboardInterrupt):  # interrupted again, with the first options
+        monkeypatch.setattr(eval_tool, "_run_tasks", crashing)
+        eval_tool.main([*common, "--json", str(out)])
+    monkeypatch.setattr(eval_tool, "_run_tasks", counting)
+    ran.clear()
+    capsys.readouterr()
+    assert eval_tool.main([*common, "--json", str(out), "--resume"]) == 0
+    assert "resuming: 1 of 2 tasks done already" in capsys.readouterr().err
+    assert ran == ["blue_block_in_basket"]  # only the unfinished task ran again
+    resumed = json.loads(out.read_text())
+    # Greedy decoding in a seeded simulator: the same episodes as the uninterrupted run.
+    assert resumed["episodes"] == fresh["episodes"]
+    assert resumed["config"] == fresh["config"] and not parts.exists()
+    for method in ("ar", "drafter"):
+        row, ref = resumed["suites"]["all"][method], fresh["suites"]["all"][method]
+        assert row["actions"] == ref["actions"] and row["al"] == ref["al"]
+
+    assert eval_tool.main([*common, "--resume"]) == 2
+    assert "--resume needs --json" in capsys.readouterr().err
 
 
 def test_eval_gripper_rule_option(tiny_target_path, tmp_path, capsys):

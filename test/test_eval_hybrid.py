@@ -87,3 +87,31 @@ def test_router_method_without_router_stats_is_a_clean_error(setup, capsys):
     assert eval_tool.main(["--suites", SUITE, "--tasks", TASK, "--episodes", "1",
                            "--methods", "heisd", "--target", target]) == 2
     assert "router_stats" in capsys.readouterr().err
+
+
+def test_a_saved_job_reads_back_to_the_same_summary(setup, tmp_path):
+    """What an interrupted heisd-eval keeps of a finished task gives the same table."""
+    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
+    from heisd_ros.eval.closed_loop import summarise_by_suite
+    from heisd_ros.eval.job_results import JobResults
+
+    _, target, db = setup
+    always = VerifySkipCalibration(
+        skip_threshold=0.0, router_threshold=0.0, precision_target=0.95,
+        skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
+        hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0).save(
+            tmp_path / "always_retrieve.json")
+    args = eval_tool.build_parser().parse_args([
+        "--suites", SUITE, "--tasks", TASK, "--episodes", "1", "--max-steps", "6",
+        "--image-size", SIZE, "--methods", "ar", "heisd", "--target", target, "--db", db,
+        "--calibration", str(always)])
+    _, runs = eval_tool.run(args)
+    table = summarise_by_suite(runs)
+    assert table["all"]["heisd"]["retrievals_per_action"] > 0
+    store = JobResults(tmp_path / "e.json", "abc")
+    store.save(TASK, runs, {"target": "tiny"})
+    loaded, desc = store.load(TASK)
+    assert desc == {"target": "tiny"} and summarise_by_suite(loaded) == table
+    assert JobResults(tmp_path / "e.json", "other").load(TASK) is None  # another run's
+    store.path(TASK).write_bytes(b"\x1f\x8b cut short")
+    assert store.load(TASK) is None  # a damaged part: the task runs again

@@ -38,11 +38,12 @@ def write_json(path: str | Path, data: dict) -> Path:
     """Write ``data`` as indented JSON (numpy scalars converted), creating parent dirs."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
+    path.write_text(json.dumps(data, indent=2, default=jsonable) + "\n")
     return path
 
 
-def _jsonable(value):
+def jsonable(value):
+    """``json.dumps(default=...)``: numpy scalars and arrays, paths."""
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):

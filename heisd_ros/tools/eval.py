@@ -10,6 +10,7 @@ Examples:
     heisd-eval --suites piper_spatial piper_object piper_goal piper_long --episodes 20 \
         --methods ar drafter drafter_relaxed retrieval router_only router_skip heisd \
         --drafter runs/drafter/draft_head.safetensors --json runs/eval/eval.json
+    # interrupted? the same command with --resume runs only the tasks not finished yet
     heisd-eval --suites piper_goal --tasks red_block_on_plate --episodes 1 --max-steps 5
     heisd-eval --suites piper_goal --episodes 5 --methods ar heisd --db db_openvla \
         --model openvla --checkpoint ckpt/openvla-7b-ft --unnorm-key KEY \
@@ -48,7 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1,
                    help="processes sharing the tasks (each loads the models; give each "
                         "--threads 1 and keep workers x threads <= CPU cores)")
-    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--json", default=None,
+                   help="write the results here; every finished task is kept in JSON.parts/ "
+                        "until then")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the tasks an interrupted run with the same --json, options, "
+                        "code and input files finished; run only the rest")
     p.add_argument("--report", default=None, help="write report.md and PNG plots here")
     p.add_argument("--curve", nargs="+", default=None, metavar="RUN_JSON",
                    help="no evaluation: success against speed over these earlier runs' "
@@ -99,6 +105,7 @@ def run(args):
     from heisd_ros.decoding.retrieval_tree import GroupTreeConfig
     from heisd_ros.decoding.unverified import UnverifiedConfig
     from heisd_ros.eval.closed_loop import summarise_by_suite
+    from heisd_ros.eval.job_results import JobResults
     from heisd_ros.eval.methods import check_methods
     from heisd_ros.eval.projection import ComponentCosts, project
 
@@ -106,38 +113,44 @@ def run(args):
     tasks = _tasks(args.suites, args.tasks)
     if args.workers < 1:
         raise ValueError(f"--workers: expected >= 1, got {args.workers}")
-    workers = min(args.workers, len(tasks))
+    if args.resume and not args.json:
+        raise ValueError("--resume needs --json: a run keeps its finished tasks next to it")
+    jobs = _jobs(tasks, args.max_steps)
+    store = JobResults(args.json, _fingerprint(args, methods, tasks)) if args.json else None
+    if store is not None and not args.resume:
+        store.clear()
+    runs, desc, todo = [], None, []
+    for name, pairs in jobs:
+        done = store.load(name) if args.resume else None
+        if done is None:
+            todo.append((name, pairs))
+        else:
+            runs += done[0]
+            desc = desc or done[1]
+    if args.resume:
+        print(f"heisd-eval: resuming: {len(jobs) - len(todo)} of {len(jobs)} tasks done already "
+              f"({store.folder}), {len(todo)} to run", file=sys.stderr)
+    workers = min(args.workers, len(jobs))
+
+    def job_done(name: str, job_runs: list, job_desc: dict) -> None:
+        nonlocal desc
+        runs.extend(job_runs)
+        desc = desc or job_desc
+        if store is not None:
+            store.save(name, job_runs, job_desc)
+
     # every finished episode moves the bar (a task of 5 methods x 20 episodes takes minutes)
-    with tqdm(total=len(tasks) * args.episodes * len(methods), unit="episode",
-              file=sys.stderr, mininterval=0, miniters=1) as bar:
+    with tqdm(total=len(tasks) * args.episodes * len(methods), initial=len(runs),
+              unit="episode", file=sys.stderr, mininterval=0, miniters=1) as bar:
 
         def finished(task: str, method: str) -> None:
             bar.set_postfix(task=task, method=method, refresh=False)
             bar.update(1)
 
-        if workers == 1:
-            runs, desc = _run_tasks(args, methods, tasks, finished)
-        else:
-            # One job per task; every job interleaves the methods itself, so speed-ups stay
-            # ratios measured side by side in one process.
-            import multiprocessing
-
-            runs, desc = [], None
-            spawn = multiprocessing.get_context("spawn")   # no fork after EGL/torch init
-            episodes = spawn.Queue()  # (task, method) of each finished episode, from workers
-            with spawn.Pool(workers, initializer=_init_worker, initargs=(episodes,)) as pool:
-                pending = [pool.apply_async(_worker, ((args, methods, pairs),))
-                           for pairs in _jobs(tasks)]
-                while pending:
-                    _drain(episodes, finished, timeout_s=0.5)
-                    for job in [job for job in pending if job.ready()]:
-                        pending.remove(job)
-                        task_runs, task_desc = job.get()  # a worker's error is raised here
-                        runs += task_runs
-                        desc = desc or task_desc
-                bar.update(len(runs) - bar.n)  # reports still in flight when the last job ended
-            order = {pair: i for i, pair in enumerate(tasks)}
-            runs.sort(key=lambda r: (order[(r.suite, r.task)], r.seed, methods.index(r.method)))
+        _run_jobs(args, methods, todo, workers, finished, job_done)
+        bar.update(len(runs) - bar.n)  # reports still in flight when the last job ended
+    order = {pair: i for i, pair in enumerate(tasks)}
+    runs.sort(key=lambda r: (order[(r.suite, r.task)], r.seed, methods.index(r.method)))
     suites = summarise_by_suite(runs)
     config = {"suites": list(args.suites), "tasks": [f"{s}/{t}" for s, t in tasks],
               "methods": methods, "episodes_per_task": args.episodes, "seed": args.seed,
@@ -160,6 +173,33 @@ def run(args):
                             "success": r.success, "steps": len(r.steps), "progress": r.progress}
                           for r in runs]}
     return result, runs
+
+
+def _run_jobs(args, methods, jobs, workers: int, finished, job_done) -> None:
+    """Run ``jobs`` ((name, pairs) each) in this process or in ``workers`` processes.
+
+    ``finished(task, method)`` after every episode, ``job_done(name, runs, desc)`` after every
+    job, both called in this process.
+    """
+    workers = min(workers, len(jobs))
+    if workers <= 1:
+        for name, pairs in jobs:
+            job_done(name, *_run_tasks(args, methods, pairs, finished))
+        return
+    # Every job interleaves the methods itself, so speed-ups stay ratios measured side by side
+    # in one process.
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")   # no fork after EGL/torch init
+    episodes = spawn.Queue()  # (task, method) of each finished episode, from the workers
+    with spawn.Pool(workers, initializer=_init_worker, initargs=(episodes,)) as pool:
+        pending = {pool.apply_async(_worker, ((args, methods, pairs),)): name
+                   for name, pairs in jobs}
+        while pending:
+            _drain(episodes, finished, timeout_s=0.5)
+            for job in [job for job in pending if job.ready()]:
+                job_done(pending.pop(job), *job.get())  # a worker's error is raised here
+    _drain(episodes, finished, timeout_s=0.0)
 
 
 def _run_tasks(args, methods, tasks, finished=None):
@@ -193,12 +233,35 @@ def _run_tasks(args, methods, tasks, finished=None):
     return runs, desc
 
 
-def _jobs(tasks) -> list[list[tuple[str, str]]]:
-    """One job per task name: a name in two suites (one DB collection) runs in one process."""
+def _jobs(tasks, max_steps: int | None) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(task name, its (suite, task) pairs) per job, the longest first.
+
+    A name in two suites (one DB collection) runs in one process. Longest first by step limit:
+    the last jobs running alone are then short ones, so fewer workers sit idle at the end.
+    """
+    from heisd_ros.sim.suites import get_task
+
     by_name: dict[str, list[tuple[str, str]]] = {}
     for suite, task in tasks:
         by_name.setdefault(task, []).append((suite, task))
-    return list(by_name.values())
+
+    def steps(pairs) -> int:
+        return sum(max_steps or get_task(suite, task).max_steps for suite, task in pairs)
+
+    return sorted(by_name.items(), key=lambda job: -steps(job[1]))
+
+
+def _fingerprint(args, methods, tasks) -> str:
+    """What a resumed run must share with the one it resumes (see ``eval.job_results``)."""
+    from heisd_ros.eval.job_results import run_fingerprint
+
+    skip = {"json", "report", "resume", "workers", "curve", "curve_key", "suites", "tasks",
+            "methods"}
+    options = {k: v for k, v in vars(args).items() if k not in skip}
+    options.update(methods=methods, tasks=tasks)
+    files = [getattr(args, k, None) for k in ("target", "drafter", "calibration", "router_stats",
+                                               "vision_specs", "checkpoint")]
+    return run_fingerprint(options, files)
 
 
 _episodes_queue = None  # in a ``--workers`` process: where finished episodes are reported
@@ -251,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from heisd_ros.eval import report
     from heisd_ros.eval.closed_loop import table_rows, write_eval_report
+    from heisd_ros.eval.job_results import JobResults
     from heisd_ros.tools._common import set_threads
 
     set_threads(args.threads)
@@ -272,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {result['report_files']['markdown']}")
     if args.json:
         report.write_json(args.json, result)
+        JobResults(args.json, "").clear()  # the finished tasks are in the results now
     return 0
 
 
