@@ -141,6 +141,7 @@ def test_the_retrieval_deadline_option_reaches_every_hybrid_decoder(tool, tmp_pa
 def test_the_skip_threshold_option_overrides_the_calibration(tool, tmp_path):
     from heisd_ros.calibration.verify_skip import VerifySkipCalibration
     from heisd_ros.eval.methods import build_method, context_from_args
+    from heisd_ros.kinematics.router import MODE_RETRIEVAL
     from heisd_ros.tools import eval as eval_tool
     from heisd_ros.tools import replay as replay_tool
     from test.test_hybrid_helpers import ScriptedClient, ok
@@ -163,6 +164,20 @@ def test_the_skip_threshold_option_overrides_the_calibration(tool, tmp_path):
         decoder = build_method("heisd", ctx)
         assert decoder.skip_threshold == pytest.approx(want)
         assert decoder.router.config.threshold == pytest.approx(0.2)  # still the calibration's
+    args = parser.parse_args(first + ["--calibration", str(calibration), "--router-threshold",
+                                      "0"])
+    ctx, _ = context_from_args(args, ["ar", "heisd"])
+    ctx.db, ctx.resources.router_stats = ScriptedClient(lambda _e: ok([])), str(stats)
+    decoder = build_method("heisd", ctx)
+    assert decoder.router.config.threshold == 0.0 and decoder.skip_threshold == 1.0
+    turn = np.linspace(0.0, 0.2, 3)  # slow and curved (1 cm radius): F below the calibration's
+    slow = np.stack([0.3 + 0.01 * np.cos(turn), 0.01 * np.sin(turn), np.full(3, 0.2)], axis=1)
+    decision = decoder.router.decide(slow)
+    assert decision.fused < 0.2 and decision.mode == MODE_RETRIEVAL
+    for bad in ("1.5", "-0.1", "nan"):
+        args = parser.parse_args(first + ["--router-threshold", bad])
+        with pytest.raises(ValueError, match="--router-threshold"):
+            context_from_args(args, ["ar", "heisd"])
     for bad in ("1.5", "nan"):
         args = parser.parse_args(first + ["--skip-threshold", bad])
         with pytest.raises(ValueError, match="--skip-threshold"):

@@ -44,6 +44,8 @@ class DecoderResources:
         retrieval_tree: ``GroupTreeConfig`` of the retrieval tree; None: its default.
         skip_threshold: the verify-skip similarity threshold over the calibration's; None:
             the calibration's (or the configured one without a calibration).
+        router_threshold: the router's threshold on F over the calibration's (0: every step
+            with a full window goes to retrieval); None: the calibration's.
         options: further ``HybridConfig`` fields by name.
     """
 
@@ -58,6 +60,7 @@ class DecoderResources:
     retrieval: Any = None
     retrieval_tree: Any = None
     skip_threshold: float | None = None
+    router_threshold: float | None = None
     options: dict = field(default_factory=dict)
 
 
@@ -120,4 +123,4 @@ def build_decoder(method: str, resources: DecoderResources):
         method, res.target, draft_head=res.draft_head,
         retriever=None if res.store is not None else res.retriever, store=res.store,
         router_stats=res.router_stats, calibration=res.calibration, config=config,
-        skip_threshold=res.skip_threshold)
+        skip_threshold=res.skip_threshold, router_threshold=res.router_threshold)

@@ -570,7 +570,8 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
                          store_config=None, store=None, router_stats=None, calibration=None,
                          config: HybridConfig | None = None, codec: ActionCodec | None = None,
                          task: str | None = None,
-                         skip_threshold: float | None = None) -> HybridDecoder:
+                         skip_threshold: float | None = None,
+                         router_threshold: float | None = None) -> HybridDecoder:
     """A :class:`HybridDecoder` for ``method`` from paths or objects.
 
     Args:
@@ -591,6 +592,8 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
         task: DB collection to query (default: per observation, ``task_of``).
         skip_threshold: the verify-skip similarity threshold, over the calibration's (e.g.
             one tuned on closed-loop validation episodes); None: the calibration's.
+        router_threshold: the router's threshold on F, over the calibration's; None: the
+            calibration's.
     """
     from heisd_ros.kinematics.router import RouterStats
 
@@ -603,6 +606,8 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
         config = cal.apply(config)
     if skip_threshold is not None:
         config = config.with_skip_threshold(skip_threshold)
+    if router_threshold is not None:
+        config = replace(config, router=replace(config.router, threshold=float(router_threshold)))
     sw = config.switches
     drafter = None
     if sw.drafter and draft_head is not None:

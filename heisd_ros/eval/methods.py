@@ -165,6 +165,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
                  retrieval_tree_nodes: int | None = None,
                  retrieval_deadline_ms: float | None = None,
                  skip_threshold: float | None = None,
+                 router_threshold: float | None = None,
                  max_unverified_run: int | None = None,
                  follow_min_similarity: float | None = None,
                  router_min_points: int | None = None,
@@ -187,6 +188,7 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ``retrieval_tree_nodes``: node budget of the hybrid methods' retrieval tree (None: default).
     ``retrieval_deadline_ms``: time budget of one retrieval query (0: none; None: default).
     ``skip_threshold``: the verify-skip threshold over the calibration's (None: its own).
+    ``router_threshold``: the router's threshold on F over the calibration's (None: its own).
     ``max_unverified_run``: most unverified steps in a row, for every rule (None: defaults).
     ``follow_min_similarity``: the ``follow`` rule's least similarity of the followed
     demonstration's next point (None: default).
@@ -215,6 +217,9 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     if skip_threshold is not None and not -1.0 <= float(skip_threshold) <= 1.0:  # NaN too
         raise ValueError(f"--skip-threshold: expected a cosine similarity in [-1, 1], got "
                          f"{skip_threshold}")
+    if router_threshold is not None and not 0.0 <= float(router_threshold) <= 1.0:  # NaN too
+        raise ValueError(f"--router-threshold: expected a threshold on F in [0, 1], got "
+                         f"{router_threshold}")
     options = {}
     if max_unverified_run is not None or follow_min_similarity is not None:
         from heisd_ros.decoding.unverified import UnverifiedConfig
@@ -258,7 +263,8 @@ def make_context(target_path: str | None, drafter_path: str | None, methods, see
     ctx = MethodContext(DecoderResources(
         target, draft_head=drafter, calibration=calibration,
         relaxed_radius_bins=tuple(relaxed_radius_bins), retrieval=retrieval,
-        retrieval_tree=retrieval_tree, skip_threshold=skip_threshold, options=options), db=db)
+        retrieval_tree=retrieval_tree, skip_threshold=skip_threshold,
+        router_threshold=router_threshold, options=options), db=db)
     return ctx, {"target": target_desc, "drafter": drafter_desc,
                  "drafter_untrained": untrained, "db": db_path, "calibration": calibration}
 
@@ -288,6 +294,7 @@ def context_from_args(args, methods, warn=None,
                         retrieval_tree_nodes=args.retrieval_tree_nodes,
                         retrieval_deadline_ms=args.retrieval_deadline_ms,
                         skip_threshold=args.skip_threshold,
+                        router_threshold=getattr(args, "router_threshold", None),
                         max_unverified_run=args.max_unverified_run,
                         follow_min_similarity=getattr(args, "follow_min_similarity", None),
                         router_min_points=getattr(args, "router_min_points", None),

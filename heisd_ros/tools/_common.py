@@ -80,6 +80,11 @@ def add_decoder_arguments(parser, closed_loop: bool = False) -> None:
                         help="verify-skip similarity threshold (cosine), over the calibration's "
                              "(hybrid methods; e.g. one tuned on closed-loop validation "
                              "episodes; default: the calibration's)")
+    parser.add_argument("--router-threshold", type=float, default=None, metavar="F",
+                        help="the router's threshold on its fused metric F in [0, 1], over the "
+                             "calibration's: steps with F >= it draft from retrieval (router "
+                             "methods; 0 = every step with a full window; default: the "
+                             "calibration's)")
     parser.add_argument("--max-unverified-run", type=int, default=None, metavar="N",
                         help="most steps executed without the target VLA in a row, then a "
                              "verified one (hybrid methods; 0 = never unverified; default: "

@@ -158,6 +158,7 @@ def run(args):
               "threads": _threads(), "workers": workers,
               "retrieval_tree_nodes": args.retrieval_tree_nodes or GroupTreeConfig().node_budget,
               "skip_threshold": args.skip_threshold,
+              "router_threshold": args.router_threshold,
               "max_unverified_run": args.max_unverified_run,
               "follow_min_similarity": (args.follow_min_similarity
                                         if args.follow_min_similarity is not None
