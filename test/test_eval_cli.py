@@ -132,8 +132,8 @@ def test_an_interrupted_run_resumes_with_the_tasks_it_finished(tiny_target_path,
     assert "resuming: 0 of 2 tasks done already" in capsys.readouterr().err
     assert sorted(ran) == ["blue_block_in_basket", "red_block_on_plate"]
 
+    monkeypatch.setattr(eval_tool, "_run_tasks", crashing)
     with pytest.raises(KeyboardInterrupt):  # interrupted again, with the first options
-        monkeypatch.setattr(eval_tool, "_run_tasks", crashing)
         eval_tool.main([*common, "--json", str(out)])
     monkeypatch.setattr(eval_tool, "_run_tasks", counting)
     ran.clear()

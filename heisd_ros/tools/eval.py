@@ -200,7 +200,6 @@ def _run_jobs(args, methods, jobs, workers: int, finished, job_done) -> None:
             _drain(episodes, finished, timeout_s=0.5)
             for job in [job for job in pending if job.ready()]:
                 job_done(pending.pop(job), *job.get())  # a worker's error is raised here
-    _drain(episodes, finished, timeout_s=0.0)
 
 
 def _run_tasks(args, methods, tasks, finished=None):
