@@ -131,7 +131,8 @@ def test_router_only_is_lossless_on_every_route(tiny_vla, tiny_drafter, route):
             assert rec.draft_source == DRAFT_RETRIEVAL and rec.accepted_length_per_round == [7]
 
 
-@pytest.mark.parametrize("route", ["drafter-low-F", "retrieval-noisy", "retrieval-perfect"])
+@pytest.mark.parametrize("route", ["drafter-low-F", "drafter-short-history", "retrieval-noisy",
+                                   "retrieval-perfect"])
 def test_heisd_ar_never_runs_the_draft_head(tiny_vla, tiny_drafter, route):
     kind, threshold, history, _ = ROUTES[route]
     observations = scenes(N_OBS, seed=13)
@@ -145,10 +146,13 @@ def test_heisd_ar_never_runs_the_draft_head(tiny_vla, tiny_drafter, route):
     for obs in observations:
         got = hybrid.decode(obs, ee_positions_m=history)
         assert got.stats.drafter_forwards == 0 and got.record.draft_source != DRAFT_DRAFTER
-        if route == "drafter-low-F":   # the router's drafter steps are AR steps
-            assert got.record.router_mode == ROUTER_DRAFTER
+        if route == "drafter-short-history":   # no retrieval draft either: AR steps
+            assert got.record.router_mode == ROUTER_DRAFTER and got.record.retrieval_calls == 0
             np.testing.assert_array_equal(got.tokens, ar.decode(obs).tokens)
             assert got.stats.target_forwards == 7
+        if route == "drafter-low-F":   # drafted from retrieval, never unverified
+            assert got.record.router_mode == ROUTER_DRAFTER and got.record.retrieval_calls == 1
+            assert not got.record.verify_skipped and got.stats.target_forwards >= 1
         if route == "retrieval-perfect" and not got.record.verify_skipped:
             assert got.stats.target_forwards == 1
 
@@ -195,6 +199,44 @@ def test_skip_costs_zero_forwards_and_keeps_the_gripper(tiny_trained_vla):
             got = hybrid.decode(replace(obs, episode=episode), ee_positions_m=STRAIGHT_FAST)
             assert not got.record.verify_skipped and got.stats.target_forwards >= 1
             assert "the gripper" in got.record.why and "verify (similarity)" in got.record.why
+
+
+@pytest.mark.parametrize("method", ["heisd", "heisd_ar", "router_skip", "heisd_paper"])
+def test_low_f_steps_are_never_unverified(tiny_trained_vla, tiny_drafter, method):
+    """Below the router's threshold nothing runs unverified, whatever the retrieval says.
+
+    ``heisd`` and ``heisd_ar`` still draft such a step from retrieval (verified: one target
+    forward when the retrieved action is the target's), the paper's ladder does not query the
+    DB there; with too short a window no method queries it.
+    """
+    vla = tiny_trained_vla
+    observations = scenes(3, seed=15)
+    client = make_client("perfect", vla, observations)
+    hybrid = HybridDecoder(vla, HybridConfig(method=method, skip_threshold=0.9, retrieval=RS),
+                           drafter=DrafterSource(tiny_drafter, vla),
+                           retrieval=RetrievalSource(client, vla.actions.vocab_base, RS),
+                           router=router(0.5))
+    drafts_when_slow = method in ("heisd", "heisd_ar")
+    episode = EpisodeState()
+    for obs in observations:
+        want = ar_bins(vla, obs)
+        # The robot holds the retrieved action's gripper: only the router can keep it verified.
+        episode = EpisodeState(None, episode.step_index + 1, float(vla.codec.decode(want)[6]))
+        got = hybrid.decode(replace(obs, episode=episode), ee_positions_m=STANDING)
+        rec = got.record
+        assert rec.router_mode == ROUTER_DRAFTER and not rec.verify_skipped
+        np.testing.assert_array_equal(got.bins, want)
+        if drafts_when_slow:
+            assert rec.retrieval_calls == 1 and rec.draft_source == DRAFT_RETRIEVAL
+            assert rec.target_forwards == 1 and "retrieval drafts, verified" in rec.why
+        else:
+            assert rec.retrieval_calls == 0 and rec.draft_source != DRAFT_RETRIEVAL
+        short = hybrid.decode(replace(obs, episode=episode), ee_positions_m=STANDING[:1])
+        assert short.record.retrieval_calls == 0 and not short.record.verify_skipped
+    # The same frames on a fast, straight stretch: the high similarity runs them unverified.
+    fast = hybrid.decode(replace(observations[-1], episode=episode),
+                         ee_positions_m=STRAIGHT_FAST)
+    assert fast.record.router_mode == ROUTER_RETRIEVAL and fast.record.verify_skipped
 
 
 def _target_gripper_bin(vla, obs, tokens6) -> int:

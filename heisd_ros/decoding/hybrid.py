@@ -5,7 +5,8 @@ Per control step (one 7-token action):
 1. vision: ``target.encode`` (always: the retrieval query needs the pooled vision features);
 2. route: methods with a router ask :class:`KinematicRouter` about the last w executed EE
    positions (passed in, or collected from ``observation.proprio[:3]``); high F -> retrieval,
-   low F or too short a history -> drafter;
+   low F or too short a history -> drafter. ``heisd`` and ``heisd_ar`` draft from retrieval
+   on low-F steps too (once the window is full); there the router only keeps steps verified;
 3. retrieval: query the DB (deadline-bounded). Slow, empty, failing or absent -> the drafter
    for this step (and AR when there is no draft head);
 4. unverified execution (``heisd_ros.decoding.unverified``): ``heisd`` follows the
@@ -349,15 +350,20 @@ class HybridDecoder:
         with clock.stage("vision"):
             prefix = self.target.encode(observation)
 
-        use_retrieval = sw.retrieval
+        # use_retrieval: query the DB and draft from it; may_skip: a step may run unverified.
+        use_retrieval = may_skip = sw.retrieval
         if self.router is not None:
             history = (np.asarray(ee_positions_m, dtype=np.float64).reshape(-1, 3)
                        if ee_positions_m is not None else np.asarray(list(self._history)))
             decision = self.router.decide(history.reshape(-1, 3))
             _fill_route(record, decision)
-            use_retrieval = decision.mode == MODE_RETRIEVAL
+            may_skip = decision.mode == MODE_RETRIEVAL
+            slow_retrieval = (not may_skip and sw.drafts_from_retrieval_when_slow
+                              and math.isfinite(decision.fused))   # NaN: too short a window
+            use_retrieval = may_skip or slow_retrieval
             notes.append(f"router F={decision.fused:.3f} vs {decision.threshold:.3f} "
-                         f"({decision.n_points} pts) -> {decision.mode}")
+                         f"({decision.n_points} pts) -> {decision.mode}"
+                         + (" (retrieval drafts, verified)" if slow_retrieval else ""))
         outcome = None
         if use_retrieval and self.retrieval is None:
             use_retrieval = False
@@ -374,8 +380,8 @@ class HybridDecoder:
                                  f"{self._fallback_name()} mode")
 
         trail = self._trail_for(episode)
-        chosen = (self._unverified_choice(outcome, episode, trail, notes) if use_retrieval
-                  else None)
+        chosen = (self._unverified_choice(outcome, episode, trail, notes)
+                  if use_retrieval and may_skip else None)
         if chosen is not None:
             candidate, rule = chosen
             result = self._skipped(candidate, prefix)

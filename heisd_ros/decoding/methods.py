@@ -9,7 +9,8 @@ themselves come from :func:`heisd_ros.decoding.builder.build_decoder`.
 The ladder (docs/METHOD.md): ``ar``; ``drafter`` (EAGLE-2 drafts, exact); ``drafter_relaxed``
 (Spec-VLA radius); ``retrieval`` (pure retrieval SD, exact); ``router_only``; ``router_skip``
 (+ verify-skip); ``heisd`` (+ sequence-wise group acceptance, + following a retrieved
-demonstration without the VLA while it keeps matching); ``heisd_ar`` (``heisd`` with AR in
+demonstration without the VLA while it keeps matching, + retrieval drafts on the router's slow
+stretches too, where nothing runs unverified); ``heisd_ar`` (``heisd`` with AR in
 place of the draft head); ``heisd_paper`` (the authors' released rule: every step the router
 gives to the DB executes the retrieved action unverified, at most 2 in a row).
 """
@@ -21,7 +22,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Switches:
-    """Which components a method uses."""
+    """Which components a method uses.
+
+    ``drafts_from_retrieval_when_slow``: a step the router gives to the drafter (low F) still
+    drafts from retrieval once the router has its full window; the router's F then decides
+    only which steps may run unverified (high F), not which source drafts a verified step.
+    Without it the router chooses the draft source, as in the paper.
+    """
 
     drafter: bool
     retrieval: bool
@@ -31,6 +38,7 @@ class Switches:
     drafter_relaxed: bool
     follow: bool = False
     router_executes: bool = False
+    drafts_from_retrieval_when_slow: bool = False
 
     @property
     def hybrid(self) -> bool:
@@ -46,8 +54,10 @@ METHODS: dict[str, Switches] = {
     "retrieval": Switches(False, True, False, False, False, False),
     "router_only": Switches(True, True, True, False, False, False),
     "router_skip": Switches(True, True, True, True, False, False),
-    "heisd": Switches(True, True, True, True, True, False, follow=True),
-    "heisd_ar": Switches(False, True, True, True, True, False, follow=True),
+    "heisd": Switches(True, True, True, True, True, False, follow=True,
+                      drafts_from_retrieval_when_slow=True),
+    "heisd_ar": Switches(False, True, True, True, True, False, follow=True,
+                         drafts_from_retrieval_when_slow=True),
     "heisd_paper": Switches(True, True, True, False, True, False, router_executes=True),
 }
 #: The names, in ablation order.
