@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -115,8 +120,9 @@ def test_an_interrupted_run_resumes_with_the_tasks_it_finished(tiny_target_path,
         return real(args, methods, pairs, finished)
 
     monkeypatch.setattr(eval_tool, "_run_tasks", crashing)
-    with pytest.raises(KeyboardInterrupt):
-        eval_tool.main([*common, "--json", str(out)])
+    capsys.readouterr()
+    assert eval_tool.main([*common, "--json", str(out)]) == 130
+    assert f"stopped by Ctrl-C; finished tasks are kept in {parts}" in capsys.readouterr().err
     assert not out.exists() and [p.name for p in parts.iterdir()] == [
         "red_block_on_plate.json.gz"]
 
@@ -133,8 +139,8 @@ def test_an_interrupted_run_resumes_with_the_tasks_it_finished(tiny_target_path,
     assert sorted(ran) == ["blue_block_in_basket", "red_block_on_plate"]
 
     monkeypatch.setattr(eval_tool, "_run_tasks", crashing)
-    with pytest.raises(KeyboardInterrupt):  # interrupted again, with the first options
-        eval_tool.main([*common, "--json", str(out)])
+    # interrupted again, with the first options
+    assert eval_tool.main([*common, "--json", str(out)]) == 130
     monkeypatch.setattr(eval_tool, "_run_tasks", counting)
     ran.clear()
     capsys.readouterr()
@@ -178,3 +184,65 @@ def test_retrieval_tree_nodes_option_reaches_the_hybrid_decoders(tiny_target_pat
               "--target", tiny_target_path]
     assert eval_tool.main([*common, "--retrieval-tree-nodes", "5"]) == 2
     assert "--retrieval-tree-nodes: node_budget: expected >= 7" in capsys.readouterr().err
+
+
+def _children(pid: int) -> set[int]:
+    """PIDs whose parent is ``pid`` (Linux /proc), multiprocessing's resource tracker aside."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:   # gone meanwhile
+            continue
+        if int(fields[1]) == pid and b"resource_tracker" not in cmdline:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` exists and is no zombie (an orphan's zombie may wait for its reaper)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] \
+            != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("kill", ["SIGTERM", "SIGKILL"])
+def test_the_workers_stop_with_the_run(tiny_target_path, tmp_path, kill):
+    """A stopped heisd-eval leaves no worker behind (one would hold its DB shards locked)."""
+    from test.polling import wait_until
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(repo)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    out = tmp_path / "e.json"
+    argv = [sys.executable, "-m", "heisd_ros.tools.eval", "--suites", "piper_goal", "--tasks",
+            "red_block_on_plate", "blue_block_in_basket", "--episodes", "50", "--max-steps",
+            "300", "--image-size", "32", "--methods", "ar", "--target", tiny_target_path,
+            "--threads", "1", "--workers", "2", "--json", str(out)]
+    with open(tmp_path / "log.txt", "w+") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                cwd=tmp_path)
+        workers: set[int] = set()
+        try:
+            assert wait_until(lambda: len(_children(proc.pid)) == 2, timeout_s=120), \
+                "the two workers never started"
+            workers = _children(proc.pid)
+            proc.send_signal(getattr(signal, kill))
+            code = proc.wait(timeout=120)
+            assert wait_until(lambda: not any(_running(w) for w in workers), timeout_s=60), \
+                f"workers {workers} outlived the run stopped by {kill}"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            for pid in filter(_running, workers):   # the test failed: leave nothing running
+                os.kill(pid, signal.SIGKILL)
+        log.seek(0)
+        text = log.read()
+    if kill == "SIGTERM":   # it unwinds like Ctrl-C, and says so
+        assert code == 143, text
+        assert f"stopped by SIGTERM; finished tasks are kept in {out}.parts" in text, text
+    assert not out.exists()

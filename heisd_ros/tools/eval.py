@@ -22,7 +22,12 @@ Needs MUJOCO_GL=egl (or glfw/osmesa) for rendering.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -193,7 +198,8 @@ def _run_jobs(args, methods, jobs, workers: int, finished, job_done) -> None:
 
     spawn = multiprocessing.get_context("spawn")   # no fork after EGL/torch init
     episodes = spawn.Queue()  # (task, method) of each finished episode, from the workers
-    with spawn.Pool(workers, initializer=_init_worker, initargs=(episodes,)) as pool:
+    # Leaving the block (the jobs done, an error, Ctrl-C, SIGTERM) terminates the workers.
+    with spawn.Pool(workers, initializer=_init_worker, initargs=(episodes, os.getpid())) as pool:
         pending = {pool.apply_async(_worker, ((args, methods, pairs),)): name
                    for name, pairs in jobs}
         while pending:
@@ -267,9 +273,44 @@ def _fingerprint(args, methods, tasks) -> str:
 _episodes_queue = None  # in a ``--workers`` process: where finished episodes are reported
 
 
-def _init_worker(episodes) -> None:
+def _init_worker(episodes, parent_pid: int) -> None:
     global _episodes_queue
     _episodes_queue = episodes
+    # Ctrl-C reaches the whole process group: the parent alone handles it, and stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent(parent_pid)
+
+
+def _exit_with_parent(parent_pid: int, period_s: float = 0.5) -> None:
+    """Exit this worker once its parent is gone, killed even by SIGKILL.
+
+    An orphaned worker would go on for hours holding its embedded DB shards, and the next run
+    on that DB would find them locked.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(period_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="heisd-eval-parent-watch", daemon=True).start()
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM unwinds like Ctrl-C (KeyboardInterrupt("SIGTERM")), so the workers are stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _worker(job):
@@ -319,10 +360,16 @@ def main(argv: list[str] | None = None) -> int:
 
     set_threads(args.threads)
     try:
-        result, runs = run(args)
+        with _sigterm_as_interrupt():
+            result, runs = run(args)
     except ValueError as err:
         print(f"heisd-eval: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as stop:
+        kept = (f"; finished tasks are kept in {JobResults(args.json, '').folder}: the same "
+                f"command with --resume runs the others" if args.json else "")
+        print(f"heisd-eval: stopped by {str(stop) or 'Ctrl-C'}{kept}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if str(stop) == "SIGTERM" else signal.SIGINT)
     for suite, summary in result["suites"].items():
         if suite == "all" and len(result["suites"]) == 2:
             continue  # one suite: "all" is the same table
