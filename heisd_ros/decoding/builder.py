@@ -45,7 +45,7 @@ class DecoderResources:
         skip_threshold: the verify-skip similarity threshold over the calibration's; None:
             the calibration's (or the configured one without a calibration).
         router_threshold: the router's threshold on F over the calibration's (0: every step
-            with a full window goes to retrieval); None: the calibration's.
+            with a full window counts as fast and straight); None: the calibration's.
         options: further ``HybridConfig`` fields by name.
     """
 

@@ -82,9 +82,10 @@ def add_decoder_arguments(parser, closed_loop: bool = False) -> None:
                              "episodes; default: the calibration's)")
     parser.add_argument("--router-threshold", type=float, default=None, metavar="F",
                         help="the router's threshold on its fused metric F in [0, 1], over the "
-                             "calibration's: steps with F >= it draft from retrieval (router "
-                             "methods; 0 = every step with a full window; default: the "
-                             "calibration's)")
+                             "calibration's: only steps with F >= it may run unverified, and "
+                             "router_only, router_skip and heisd_paper draft from retrieval "
+                             "only there (router methods; 0 = every step with a full window; "
+                             "default: the calibration's)")
     parser.add_argument("--max-unverified-run", type=int, default=None, metavar="N",
                         help="most steps executed without the target VLA in a row, then a "
                              "verified one (hybrid methods; 0 = never unverified; default: "
