@@ -11,6 +11,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def repo_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child Python that imports heisd_ros from this checkout.
+
+    The repository goes first on PYTHONPATH; ``extra`` sets further variables (e.g.
+    ``ROS_DOMAIN_ID``).
+    """
+    return dict(os.environ, **extra, PYTHONPATH=os.pathsep.join(
+        [str(REPO)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+
+
 def write_params(path: Path, node_name: str, overrides: dict, strict: bool = True) -> Path:
     """The shipped ``config/<node_name>.yaml`` with ``overrides``, written to ``path``.
 
@@ -26,8 +36,7 @@ class NodeProcess:
 
     def __init__(self, argv: list[str], tmp: Path, domain: int) -> None:
         self.log = tmp / "node.log"
-        env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONPATH=os.pathsep.join(
-            [str(REPO)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+        env = repo_env(ROS_DOMAIN_ID=str(domain))
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen([sys.executable, *argv], stdout=log,
                                          stderr=subprocess.STDOUT, env=env, cwd=tmp)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from test.node_process import repo_env
 from test.polling import spin_until, wait_until
 from test.ros_env import require_ros
 
@@ -25,7 +26,6 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 
 from test.openvla_fixtures import write_tiny_openvla, write_vision_specs  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
@@ -42,8 +42,7 @@ class Bringup:
     """heisd-bringup in a subprocess on its own DDS domain, and a listener in this one."""
 
     def __init__(self, argv: list[str], tmp: Path, domain: int) -> None:
-        env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONPATH=os.pathsep.join(
-            [str(REPO)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+        env = repo_env(ROS_DOMAIN_ID=str(domain))
         self.log = tmp / "bringup.log"
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "heisd_ros.tools.bringup",

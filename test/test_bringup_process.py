@@ -12,8 +12,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+from test.node_process import repo_env
 from test.polling import spin_until, wait_until
 from test.ros_env import require_ros
 
@@ -23,14 +23,11 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 
 from test.test_node_policy import tiny_models  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def test_bringup_runs_the_sim_graph_in_one_process(tmp_path):
     vla, _head = tiny_models(tmp_path)
     domain = 230 + (os.getpid() + 1) % 3  # 230..232, apart from test_node_policy's domain
-    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONPATH=os.pathsep.join(
-        [str(REPO)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    env = repo_env(ROS_DOMAIN_ID=str(domain))
     log = tmp_path / "bringup.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "heisd_ros.tools.bringup", "--model", vla,

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from heisd_ros.tools import eval as eval_tool
+from test.node_process import repo_env
+from test.polling import wait_until
 
 
 def test_eval_json_and_report(tiny_target_path, tmp_path, capsys):
@@ -213,11 +215,7 @@ def _running(pid: int) -> bool:
 @pytest.mark.parametrize("kill", ["SIGTERM", "SIGKILL"])
 def test_the_workers_stop_with_the_run(tiny_target_path, tmp_path, kill):
     """A stopped heisd-eval leaves no worker behind (one would hold its DB shards locked)."""
-    from test.polling import wait_until
-
-    repo = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(repo)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    env = repo_env()
     out = tmp_path / "e.json"
     argv = [sys.executable, "-m", "heisd_ros.tools.eval", "--suites", "piper_goal", "--tasks",
             "red_block_on_plate", "blue_block_in_basket", "--episodes", "50", "--max-steps",

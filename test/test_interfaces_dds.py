@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from test.node_process import repo_env
 from test.polling import spin_until
 from test.ros_env import require_ros
 
@@ -29,8 +30,7 @@ TIMEOUT_S = 30.0
 def ros(tmp_path_factory):
     """A peer process and a node of ours, on a DDS domain no other test uses."""
     domain = 100 + os.getpid() % 100
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(PEER.parent.parent)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    env = repo_env()
     peer_log = tmp_path_factory.mktemp("dds_peer") / "stderr.log"
     with open(peer_log, "w") as stderr:
         peer = subprocess.Popen([sys.executable, str(PEER), str(domain)], stdout=subprocess.PIPE,
