@@ -82,6 +82,10 @@ class JobResults:
             return None
         return [EpisodeRun(**r) for r in data["runs"]], data["desc"]
 
+    def saved(self) -> list[str]:
+        """The jobs kept so far (by any run), sorted."""
+        return sorted(f.name.removesuffix(".json.gz") for f in self.folder.glob("*.json.gz"))
+
     def clear(self) -> None:
         """Forget every saved job (a run that does not resume starts from nothing)."""
         shutil.rmtree(self.folder, ignore_errors=True)

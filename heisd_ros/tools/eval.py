@@ -340,6 +340,15 @@ def _threads() -> int:
     return torch.get_num_threads()
 
 
+def _kept_message(store) -> str:
+    """What an interrupted run leaves behind for ``--resume``."""
+    saved = store.saved()
+    if not saved:
+        return "; no task had finished (a task is kept once all its episodes end)"
+    return (f"; {len(saved)} finished task(s) are kept in {store.folder}: the same command "
+            f"with --resume runs the others")
+
+
 def _warn(message: str) -> None:
     """A warning about the models in use (an untrained draft head), on stderr."""
     print(f"heisd-eval: WARNING: {message}", file=sys.stderr)
@@ -366,8 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"heisd-eval: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
-        kept = (f"; finished tasks are kept in {JobResults(args.json, '').folder}: the same "
-                f"command with --resume runs the others" if args.json else "")
+        kept = _kept_message(JobResults(args.json, "")) if args.json else ""
         print(f"heisd-eval: stopped by {str(stop) or 'Ctrl-C'}{kept}", file=sys.stderr)
         return 128 + (signal.SIGTERM if str(stop) == "SIGTERM" else signal.SIGINT)
     for suite, summary in result["suites"].items():
