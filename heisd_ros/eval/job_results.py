@@ -53,13 +53,16 @@ def run_fingerprint(options: dict, files: Iterable[str | None]) -> str:
 class JobResults:
     """The parts folder of one run: save a finished job, load one back, clear or remove all."""
 
+    #: File name ending of a kept job (``<job>.json.gz``).
+    SUFFIX = ".json.gz"
+
     def __init__(self, json_path: str | Path, fingerprint: str) -> None:
         self.folder = Path(f"{json_path}.parts")
         self.fingerprint = fingerprint
 
     def path(self, job: str) -> Path:
         """Where job ``job`` is kept."""
-        return self.folder / f"{job}.json.gz"
+        return self.folder / f"{job}{self.SUFFIX}"
 
     def save(self, job: str, runs: list[EpisodeRun], desc: dict) -> None:
         """Write one finished job atomically (a crash mid-write leaves no readable part)."""
@@ -84,7 +87,7 @@ class JobResults:
 
     def saved(self) -> list[str]:
         """The jobs kept so far (by any run), sorted."""
-        return sorted(f.name.removesuffix(".json.gz") for f in self.folder.glob("*.json.gz"))
+        return sorted(f.name.removesuffix(self.SUFFIX) for f in self.folder.glob(f"*{self.SUFFIX}"))
 
     def clear(self) -> None:
         """Forget every saved job (a run that does not resume starts from nothing)."""
