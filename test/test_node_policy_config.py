@@ -176,6 +176,14 @@ def test_empty_drafter_path_with_another_target_is_an_untrained_head_and_warns(t
     head, description = pd.resolve_draft_head(ModelConfig(path=vla), target, warnings.append)
     assert description.startswith("untrained draft head") and "shipped" in description
     assert warnings == [description] and head.config.hidden_size == target.hidden_size
+    # the shipped head's target as the user knows it, never the training run's path in its card
+    from heisd_ros.models.draft_head_choice import SHIPPED_DRAFT_HEAD, draft_head_target
+
+    shipped_sha = draft_head_target(SHIPPED_DRAFT_HEAD)[0]
+    assert shipped_sha and "runs/" not in description, description
+    assert ("the shipped draft head is for the shipped small VLA (heisd_ros/assets/"
+            f"small_vla.safetensors, sha256 {shipped_sha}), the target is {vla} (sha256 "
+            in description), description
 
 
 def test_a_draft_head_for_another_target_is_refused(tiny, tmp_path):
@@ -186,11 +194,14 @@ def test_a_draft_head_for_another_target_is_refused(tiny, tmp_path):
                            f"/runs/vla.safetensors (sha256 {file_digest(vla)})")
     _head, description = pd.resolve_draft_head(ModelConfig(path=vla, drafter_path=mine), target)
     assert "trained for this target" in description
+    # the target by its file name and sha256: the card's path (a training run's) is not shown
     other = _head_with_card(tmp_path / "other.safetensors", target,
-                            "/runs/old_vla.safetensors (sha256 00112233aabbccdd)")
+                            "runs/s3/old_vla.safetensors (sha256 00112233aabbccdd)")
     with pytest.raises(ValueError, match=r"model.drafter_path: .*other.safetensors was trained "
-                                         r"for the target /runs/old_vla.safetensors"):
+                                         r"for the target old_vla.safetensors \(sha256 "
+                                         r"00112233aabbccdd\), but the loaded target is ") as error:
         pd.resolve_draft_head(ModelConfig(path=vla, drafter_path=other), target)
+    assert "runs/" not in str(error.value).replace(str(tmp_path), ""), error.value
     # another file, the same weights (a metadata-only change of the target): taken
     from heisd_ros.retrieval.embedding import model_fingerprint
 
@@ -205,6 +216,20 @@ def test_a_draft_head_for_another_target_is_refused(tiny, tmp_path):
                                     fingerprint="SmallVLA:vla_pooled:0123456789abcdef")
     with pytest.raises(ValueError, match="other_w.safetensors was trained for the target"):
         pd.resolve_draft_head(ModelConfig(path=vla, drafter_path=other_weights), target)
+    # a head for the shipped small VLA (an old card: the training run's path, then the rule)
+    from heisd_ros.models.loading import DEFAULT_TARGET_PATH
+
+    shipped_sha = file_digest(DEFAULT_TARGET_PATH)
+    for_shipped = _head_with_card(
+        tmp_path / "for_shipped.safetensors", target,
+        f"runs/s15/p4_p04.safetensors (sha256 {shipped_sha}), gripper switches at P >= 0.4")
+    with pytest.raises(ValueError) as error:
+        pd.resolve_draft_head(ModelConfig(path=vla, drafter_path=for_shipped), target)
+    message = str(error.value)
+    assert ("for_shipped.safetensors was trained for the target the shipped small VLA "
+            f"(heisd_ros/assets/small_vla.safetensors, sha256 {shipped_sha}), but the loaded "
+            f"target is {vla} (sha256 {file_digest(vla)})") in message, message
+    assert "runs/" not in message.replace(str(tmp_path), ""), message
     # a head whose card does not name its target is taken as it is (and says so)
     _head, description = pd.resolve_draft_head(ModelConfig(path=vla, drafter_path=nocard), target)
     assert "not checked" in description

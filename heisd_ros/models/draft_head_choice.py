@@ -9,6 +9,11 @@ The rule, the same for the policy node, heisd-eval, heisd-replay, heisd-record a
    weights by model fingerprint, so a metadata-only change such as the gripper rule keeps it);
 3. else a seeded untrained head (exact, but AL ~1 and slower than AR): ``warn`` gets a line
    saying so and :attr:`HeadChoice.untrained` is True, for the caller's report.
+
+Messages name a head's target as the user knows it (:func:`head_target_text`): the shipped
+small VLA, or the target's file name, with the sha256 prefix. Never the path in the head's
+card: cards written before heisd-train-drafter recorded only a file name hold the path of the
+training run (the shipped head's says ``runs/s15/...``), which the user cannot act on.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ from heisd_ros.models.loading import DEFAULT_TARGET_PATH, file_digest
 
 #: The draft head shipped with the small VLA (trained for ``DEFAULT_TARGET_PATH``).
 SHIPPED_DRAFT_HEAD = DEFAULT_TARGET_PATH.with_name("draft_head.safetensors")
-#: How heisd-train-drafter's card names its target: ``"<path> (sha256 <16 hex>)"``.
+#: How messages name the shipped small VLA (a path inside the installed package).
+SHIPPED_TARGET_NAME = f"heisd_ros/assets/{DEFAULT_TARGET_PATH.name}"
+#: How heisd-train-drafter's card names its target: ``"<file name> (sha256 <16 hex>)"``
+#: (older cards: a path in place of the file name, and text after it).
 _CARD_SHA = re.compile(r"\(sha256 ([0-9a-f]{8,64})\)")
 
 
@@ -55,15 +63,64 @@ def _card(path) -> dict:
     return card if isinstance(card, dict) else {}
 
 
+def card_target(target_file: Path | None, description: str) -> str:
+    """What heisd-train-drafter records as a head's target: ``"<file name> (sha256 <16 hex>)"``.
+
+    ``target_file`` is the small-VLA file the target came from; without one (a random
+    initialisation, OpenVLA) the target's ``description``, which names no sha256, so a head
+    trained for it is not checked against a target. The file name, not its path: a path would
+    be the training machine's (e.g. a run folder) and mean nothing where the head is used.
+    """
+    if target_file is None:
+        return description
+    return f"{Path(target_file).name} (sha256 {file_digest(target_file)})"
+
+
 def draft_head_target(path) -> tuple[str | None, str]:
-    """(sha256 prefix, description) of the target a draft head was trained for.
+    """(sha256 prefix, the card's text) of the target a draft head was trained for.
 
     heisd-train-drafter records its target in the head's ``card`` metadata as
-    ``"<path> (sha256 <16 hex>)"``; (None, "") when the head does not say.
+    ``"<file name> (sha256 <16 hex>)"`` (:func:`card_target`); (None, "") when the head does
+    not say. The text is the card's, for records only: messages use :func:`head_target_text`.
     """
     text = str(_card(path).get("target", ""))
     match = _CARD_SHA.search(text)
     return (match.group(1) if match else None), text
+
+
+def _is_shipped_target(head_path, recorded_sha: str | None) -> bool:
+    """Whether the head at ``head_path`` was trained for the shipped small VLA.
+
+    The shipped head is; another head is when its card names the shipped file's sha256 or the
+    weights the shipped head's card names (a metadata-only change of the shipped file).
+    """
+    if Path(head_path).resolve() == SHIPPED_DRAFT_HEAD.resolve():
+        return True
+    if (recorded_sha is not None and DEFAULT_TARGET_PATH.is_file()
+            and _same_sha(recorded_sha, file_digest(DEFAULT_TARGET_PATH))):
+        return True
+    fingerprint = draft_head_fingerprint(head_path)
+    return (fingerprint is not None and SHIPPED_DRAFT_HEAD.is_file()
+            and fingerprint == draft_head_fingerprint(SHIPPED_DRAFT_HEAD))
+
+
+def head_target_text(head_path) -> str:
+    """The target a draft head was trained for, named for a user's message.
+
+    ``"the shipped small VLA (heisd_ros/assets/small_vla.safetensors, sha256 <hex>)"``, else
+    the file name the card records with its sha256 prefix (``"vla.safetensors (sha256
+    <hex>)"``), else ``"a target with sha256 <hex>"``. Never the card's path (module
+    docstring).
+    """
+    recorded, text = draft_head_target(head_path)
+    sha = f"sha256 {recorded}" if recorded else ""
+    if _is_shipped_target(head_path, recorded):
+        return f"the shipped small VLA ({', '.join(filter(None, (SHIPPED_TARGET_NAME, sha)))})"
+    match = _CARD_SHA.search(text)
+    name = Path(text[:match.start()].strip()).name if match else ""
+    if name and sha:
+        return f"{name} ({sha})"
+    return f"a target with {sha}" if sha else "a target the head's card does not name"
 
 
 def draft_head_fingerprint(path) -> str | None:
@@ -123,24 +180,25 @@ def choose_draft_head(target, target_path: Path | None, drafter_path: str | None
         loaded = f"a random-init or non-file target (seed={seed})"
     if drafter_path:
         head = load_draft_head(drafter_path, target)
-        recorded, text = draft_head_target(drafter_path)
+        recorded = draft_head_target(drafter_path)[0]
         if recorded is None:
             return HeadChoice(head, f"draft head {drafter_path} (target not recorded, "
                                     f"not checked)")
         if not _trained_for(drafter_path, recorded, sha, target):
-            raise ValueError(f"{option}: {drafter_path} was trained for the target {text}, but "
-                             f"the loaded target is {loaded}; use a draft head trained for this "
-                             f"target (heisd-train-drafter --target ...) or set {target_option} "
-                             f"to the target it was trained for")
+            raise ValueError(f"{option}: {drafter_path} was trained for the target "
+                             f"{head_target_text(drafter_path)}, but the loaded target is "
+                             f"{loaded}; use a draft head trained for this target "
+                             f"(heisd-train-drafter --target ...) or set {target_option} to the "
+                             f"target it was trained for")
         return HeadChoice(head, f"draft head {drafter_path} (trained for this target)")
     if SHIPPED_DRAFT_HEAD.is_file():
-        recorded, text = draft_head_target(SHIPPED_DRAFT_HEAD)
+        recorded = draft_head_target(SHIPPED_DRAFT_HEAD)[0]
         if _trained_for(SHIPPED_DRAFT_HEAD, recorded, sha, target) or (
                 recorded is None and file == DEFAULT_TARGET_PATH):
             return HeadChoice(load_draft_head(SHIPPED_DRAFT_HEAD, target),
                               f"shipped draft head {SHIPPED_DRAFT_HEAD}")
-        reason = (f"the shipped draft head is for the shipped small VLA "
-                  f"({text or DEFAULT_TARGET_PATH}), the target is {loaded}")
+        reason = (f"the shipped draft head is for {head_target_text(SHIPPED_DRAFT_HEAD)}, the "
+                  f"target is {loaded}")
     else:
         reason = f"no shipped draft head at {SHIPPED_DRAFT_HEAD}"
     import torch

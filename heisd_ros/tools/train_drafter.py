@@ -35,6 +35,9 @@ def train(target, target_description: str, observations, heldout, out_dir, confi
     """Train a draft head for ``target`` on ``observations`` and write it to ``out_dir``.
 
     ``observations`` and ``heldout`` are any iterables of ``Observation``; returns the card.
+    ``target_description`` is the card's ``target``: the file name and sha256 prefix of a
+    small-VLA file (``draft_head_choice.card_target``), which the draft-head check reads and
+    messages show, so no path of the training machine.
     """
     import torch
     from tqdm import tqdm
@@ -162,7 +165,12 @@ def run(args) -> dict:
 
     config = DrafterTrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                                 seed=args.seed)
+    from heisd_ros.models.draft_head_choice import card_target
+    from heisd_ros.models.loading import TargetChoice
+
     target, description = load_target_from_args(args)
+    # By file name and sha256, not the path given here (e.g. a run folder of this machine).
+    description = card_target(TargetChoice.from_args(args).small_vla_file(), description)
     if args.demos:
         data = demo_observations(args.demos, args.observations, False, args.seed)
         heldout = demo_observations(args.demos, args.heldout, True, args.seed + 1)
