@@ -6,6 +6,11 @@ module may change its copy without touching another module's.
 
 Imports of the model code happen inside the fixtures: a broken model module then fails the
 tests that use the models, not the collection of every test.
+
+A test that runs ROS 2 nodes takes its DDS domain from ``ros_domain`` (one test) or
+``module_ros_domain`` (a module's shared graph); code outside a fixture uses
+:func:`heisd_ros.testing.domains.reserved_domain`. Each id is released when its scope ends, so
+a session holds only the few ids of the tests running at the moment.
 """
 
 from __future__ import annotations
@@ -60,3 +65,21 @@ def demos(tmp_path_factory):
     from test.fixtures_demos import write_demos
 
     return write_demos(tmp_path_factory.mktemp("demos"))
+
+
+@pytest.fixture
+def ros_domain():
+    """A ROS_DOMAIN_ID no other process on this machine holds, for this test only."""
+    from heisd_ros.testing.domains import reserved_domain
+
+    with reserved_domain() as domain:
+        yield domain
+
+
+@pytest.fixture(scope="module")
+def module_ros_domain():
+    """A ROS_DOMAIN_ID no other process on this machine holds, for this test module."""
+    from heisd_ros.testing.domains import reserved_domain
+
+    with reserved_domain() as domain:
+        yield domain

@@ -8,7 +8,6 @@ the policy refuses at start with the reason and the graph stays up (nothing hang
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -74,9 +73,9 @@ class Bringup:
         return code
 
 
-def test_bringup_runs_the_sim_graph_on_openvla(openvla_args, tmp_path):
+def test_bringup_runs_the_sim_graph_on_openvla(openvla_args, tmp_path, ros_domain):
     graph = Bringup([*openvla_args, "--allow-cpu", "true", "--method", "drafter", "--db",
-                     str(tmp_path / "no_db")], tmp_path, 125 + (os.getpid() + 2) % 5)
+                     str(tmp_path / "no_db")], tmp_path, ros_domain)
     try:
         spin_until(graph.executor, lambda: graph.steps or graph.proc.poll() is not None, 90)
         text = graph.text()
@@ -90,9 +89,10 @@ def test_bringup_runs_the_sim_graph_on_openvla(openvla_args, tmp_path):
     assert "Traceback" not in graph.text()
 
 
-def test_bringup_without_the_opt_in_refuses_openvla_on_the_cpu(openvla_args, tmp_path):
+def test_bringup_without_the_opt_in_refuses_openvla_on_the_cpu(openvla_args, tmp_path,
+                                                                ros_domain):
     graph = Bringup([*openvla_args, "--device", "cpu", "--db", str(tmp_path / "no_db")],
-                    tmp_path, 125 + (os.getpid() + 3) % 5)
+                    tmp_path, ros_domain)
     try:
         assert wait_until(lambda: "OpenVLA on the CPU refused" in graph.text()
                           or graph.proc.poll() is not None, 60), graph.text()[-3000:]

@@ -7,7 +7,6 @@ a second one while it stops, ends it with exit code 0, without a traceback, with
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -24,9 +23,9 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from test.test_node_policy import tiny_models  # noqa: E402
 
 
-def test_bringup_runs_the_sim_graph_in_one_process(tmp_path):
+def test_bringup_runs_the_sim_graph_in_one_process(tmp_path, ros_domain):
     vla, _head = tiny_models(tmp_path)
-    domain = 230 + (os.getpid() + 1) % 3  # 230..232, apart from test_node_policy's domain
+    domain = ros_domain
     env = repo_env(ROS_DOMAIN_ID=str(domain))
     log = tmp_path / "bringup.log"
     with open(log, "w") as out:

@@ -105,11 +105,10 @@ def test_a_bus_that_dies_is_reopened_with_back_off_and_the_driver_recovers(capfd
 
 
 @pytest.fixture
-def ros_context():
-    domain = 100 + os.getpid() % 20  # 100..119, apart from the other driver tests
+def ros_context(ros_domain):
     context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain)
-    yield context, domain
+    rclpy.init(context=context, domain_id=ros_domain)
+    yield context, ros_domain
     rclpy.shutdown(context=context)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +26,9 @@ TIMEOUT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def ros(tmp_path_factory):
+def ros(tmp_path_factory, module_ros_domain):
     """A peer process and a node of ours, on a DDS domain no other test uses."""
-    domain = 100 + os.getpid() % 100
+    domain = module_ros_domain  # the peer is given it: it must not allocate one of its own
     env = repo_env()
     peer_log = tmp_path_factory.mktemp("dds_peer") / "stderr.log"
     with open(peer_log, "w") as stderr:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -221,8 +220,8 @@ class Driver:
 
 
 @pytest.fixture(scope="module")
-def context():
-    domain = 10 + os.getpid() % 80  # 10..89: apart from the other node tests' domains
+def context(module_ros_domain):
+    domain = module_ros_domain
     ctx = rclpy.Context()
     rclpy.init(context=ctx, domain_id=domain)
     yield ctx, domain

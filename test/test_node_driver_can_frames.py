@@ -39,6 +39,7 @@ from heisd_ros.nodes.piper_driver_node import PiperDriverNode  # noqa: E402
 from heisd_ros.nodes.robot_msgs import ee_command_to_msg  # noqa: E402
 from heisd_ros.robot.base import EECommand, GripperState  # noqa: E402
 from heisd_ros.robot.dry_run import unique_channel  # noqa: E402
+from heisd_ros.testing.domains import reserved_domain  # noqa: E402
 from test.polling import wait_until  # noqa: E402
 
 # piper_sdk 0.6.2 still passes python-can's deprecated `bustype`.
@@ -258,9 +259,16 @@ def wait_for_callbacks(executor: MultiThreadedExecutor) -> None:
 def driver_rig(tag: str, **overrides) -> Iterator[Rig]:
     """Driver node + emulated arm (one context), a commanding peer (another), a CAN tap.
 
-    ``overrides`` replace :data:`RIG_PARAMS` entries (dots as in the YAML: pass a dict).
+    ``overrides`` replace :data:`RIG_PARAMS` entries (dots as in the YAML: pass a dict). The
+    rig has a DDS domain of its own, released once everything on it is shut down.
     """
-    domain = 90 + (os.getpid() + 5) % 10  # 90..99, never the in-process test's domain
+    with reserved_domain() as domain, _rig_on_domain(domain, tag, **overrides) as rig:
+        yield rig
+
+
+@contextmanager
+def _rig_on_domain(domain: int, tag: str, **overrides) -> Iterator[Rig]:
+    """:func:`driver_rig` on DDS domain ``domain``."""
     channel = unique_channel(f"driver-{tag}")
     prefix = f"/{tag.replace('-', '_')}{os.getpid()}"  # private topics: no other test's commands
     tap = CanTap()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -77,10 +76,9 @@ def _section(params: dict, prefix: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def ros():
-    domain = 90 + os.getpid() % 10  # 90..99, apart from the multi-process driver test
+def ros(module_ros_domain):
     context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain)
+    rclpy.init(context=context, domain_id=module_ros_domain)
     client_node = rclpy.create_node("piper_driver_inprocess_client", context=context)
     yield context, client_node
     client_node.destroy_node()

@@ -7,7 +7,6 @@ is checked is the node's plumbing, not the policy's skill.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -51,11 +50,11 @@ def tiny_models(directory: Path) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def graph(tmp_path_factory):
+def graph(tmp_path_factory, module_ros_domain):
     """Policy node + a test peer (publishes inputs, records outputs) on a private domain."""
     vla, head = tiny_models(tmp_path_factory.mktemp("models"))
     context = rclpy.Context()
-    rclpy.init(context=context, domain_id=230 + os.getpid() % 3)  # 230..232: no other test
+    rclpy.init(context=context, domain_id=module_ros_domain)
     policy = PolicyNode(context=context, parameter_overrides=[
         Parameter("method", value="drafter"), Parameter("model.path", value=vla),
         Parameter("model.drafter_path", value=head), Parameter("instruction", value="pick it"),

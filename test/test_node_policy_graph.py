@@ -38,6 +38,7 @@ from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 
+from heisd_ros.testing.domains import allocate_domain, release_domain  # noqa: E402
 from test.test_node_policy import tiny_models  # noqa: E402
 
 EECommand, HybridStep = hmsg.EECommand, hmsg.HybridStep
@@ -130,8 +131,9 @@ def deployment(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"graph_{method}")
     vla, head = tiny_models(tmp)
     build_db(tmp / "db", vla)
-    # 5..9: no other test uses it; a different one per method
-    domain = 5 + (os.getpid() + METHODS_UNDER_TEST.index(method)) % 5
+    # a domain per method, released after the teardown below (finalizers run last first)
+    domain = allocate_domain()
+    request.addfinalizer(lambda: release_domain(domain))
     retrieval_overrides = {"store.path": str(tmp / "db"), "store.exact_search": True}
     procs = {
         "retrieval_node": NodeProcess("retrieval_node", tmp, domain, retrieval_overrides),

@@ -8,7 +8,6 @@ plus test overrides, on a DDS domain no other test uses.
 from __future__ import annotations
 
 import math
-import os
 import time
 from pathlib import Path
 
@@ -114,9 +113,9 @@ class RetrievalProcess(NodeProcess):
 
 
 @pytest.fixture(scope="module")
-def ros():
+def ros(module_ros_domain):
     """This process's side: a private context, a client node and an executor."""
-    domain = 180 + os.getpid() % 50  # 180..229: Fast DDS ports stay valid, other tests use <180
+    domain = module_ros_domain
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     node = rclpy.create_node("retrieval_node_test_client", context=context)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
@@ -48,10 +47,9 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
 
 
 @pytest.fixture(scope="module")
-def ros():
-    domain = 130 + os.getpid() % 50  # 130..179, apart from the multi-process test's domains
+def ros(module_ros_domain):
     context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain)
+    rclpy.init(context=context, domain_id=module_ros_domain)
     client_node = rclpy.create_node("retrieval_inprocess_client", context=context)
     yield context, client_node
     client_node.destroy_node()

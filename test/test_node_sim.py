@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -24,10 +22,10 @@ EECommand, EpisodeStatus = hmsg.EECommand, hmsg.EpisodeStatus
 
 
 @pytest.fixture(scope="module")
-def graph():
+def graph(module_ros_domain):
     """Sim node + a test node on a private context and DDS domain."""
     context = rclpy.Context()
-    rclpy.init(context=context, domain_id=1 + os.getpid() % 4)  # 1..4: no other test uses it
+    rclpy.init(context=context, domain_id=module_ros_domain)
     sim = SimNode(context=context, parameter_overrides=[
         Parameter("sim.image_width_px", value=48), Parameter("sim.image_height_px", value=48),
         Parameter("frame_republish_s", value=0.3), Parameter("max_steps", value=12),

@@ -8,7 +8,6 @@ In this process over real DDS. ``auto_reset`` is left at its default (on): after
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -40,10 +39,9 @@ def stamp_s(msg) -> float:
 class Graph:
     """A sim node with short episodes and a peer recording (receipt time, message)."""
 
-    def __init__(self, **overrides) -> None:
+    def __init__(self, domain: int, **overrides) -> None:
         self.context = rclpy.Context()
-        # 1..4 like the other sim tests, never the same domain as them within one run
-        rclpy.init(context=self.context, domain_id=1 + (os.getpid() + 1) % 4)
+        rclpy.init(context=self.context, domain_id=domain)
         params = {"sim.image_width_px": 48, "sim.image_height_px": 48, "seed": 5,
                   "max_steps": MAX_STEPS, "auto_reset_delay_s": DELAY_S, **overrides}
         self.sim = SimNode(context=self.context, parameter_overrides=[
@@ -97,8 +95,8 @@ class Graph:
 
 
 @pytest.fixture
-def graph(request):
-    g = Graph(**getattr(request, "param", {}))
+def graph(request, ros_domain):
+    g = Graph(ros_domain, **getattr(request, "param", {}))
     yield g
     g.close()
 

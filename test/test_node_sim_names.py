@@ -10,8 +10,6 @@ goes on.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from test.polling import spin_for, spin_until
@@ -41,11 +39,10 @@ OUTPUTS = ("joints", "pose", "third", "wrist", "status")
 
 
 @pytest.fixture(scope="module")
-def graph():
+def graph(module_ros_domain):
     """A sim node started with bad names, and a peer that records everything it sends."""
     context = rclpy.Context()
-    # 1..4 like test_node_sim, but never the same domain within one run
-    rclpy.init(context=context, domain_id=1 + (os.getpid() + 2) % 4)
+    rclpy.init(context=context, domain_id=module_ros_domain)
     peer = rclpy.create_node("sim_names_peer", context=context)
     seen = {key: [] for key in (*OUTPUTS, "log")}
     for key, msg_type, topic, qos in (

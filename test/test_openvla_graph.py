@@ -12,8 +12,6 @@ drafts verified by OpenVLA show on the first steps.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -53,12 +51,12 @@ def openvla_db(tmp, checkpoint, specs) -> None:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
+def deployment(tmp_path_factory, module_ros_domain):
     tmp = tmp_path_factory.mktemp("openvla_graph")
     checkpoint = write_tiny_openvla(tmp / "ckpt")
     specs = write_vision_specs(tmp / "vision_specs.json")
     openvla_db(tmp, checkpoint, specs)
-    domain = 125 + os.getpid() % 5  # 125..129: no other test
+    domain = module_ros_domain
     procs = {
         "retrieval_node": NodeProcess("retrieval_node", tmp, domain, {
             "store.path": str(tmp / "db"), "store.exact_search": True}),

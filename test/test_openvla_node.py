@@ -10,7 +10,6 @@ last tests show).
 from __future__ import annotations
 
 import math
-import os
 import time
 
 import pytest
@@ -47,10 +46,10 @@ def openvla_parameters(checkpoint, **more) -> list:
 
 
 @pytest.fixture(scope="module")
-def graph(checkpoint):
+def graph(checkpoint, module_ros_domain):
     """An OpenVLA policy node + a test peer (publishes inputs, records outputs)."""
     context = rclpy.Context()
-    rclpy.init(context=context, domain_id=120 + os.getpid() % 5)  # 120..124: no other node test
+    rclpy.init(context=context, domain_id=module_ros_domain)
     policy = PolicyNode("openvla_policy", context=context, parameter_overrides=openvla_parameters(
         checkpoint, **{"method": "drafter", "instruction": "put the red block on the plate",
                        "warn_throttle_s": 0.0, "diagnostics_period_s": 0.2,

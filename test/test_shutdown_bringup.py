@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from heisd_ros.testing.domains import reserved_domain
 from test.ros_env import require_ros
 
 require_ros()
@@ -54,11 +55,11 @@ bringup.run(plan, 2)
 
 def run_bringup(tmp_path, *extra: str) -> tuple[int, str]:
     """The script as a process on a DDS domain of its own; (exit code, its output)."""
-    domain = 10 + (os.getpid() + 23) % 80
-    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONPATH=os.pathsep.join(
-        [str(REPO)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
-    result = subprocess.run([sys.executable, "-c", SCRIPT, *extra], capture_output=True,
-                            text=True, env=env, cwd=tmp_path, timeout=120)
+    with reserved_domain() as domain:  # subprocess.run waits for (or kills) the script
+        env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONPATH=os.pathsep.join(
+            [str(REPO)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+        result = subprocess.run([sys.executable, "-c", SCRIPT, *extra], capture_output=True,
+                                text=True, env=env, cwd=tmp_path, timeout=120)
     return result.returncode, result.stdout + result.stderr
 
 

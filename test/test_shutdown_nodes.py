@@ -55,9 +55,9 @@ class Node(NodeProcess):
 
 
 @pytest.fixture(scope="module")
-def ros():
+def ros(module_ros_domain):
     """This process's side: a private context on a domain of its own, a node, an executor."""
-    domain = 10 + (os.getpid() + 7) % 80  # 10..89 like the other process tests, shifted
+    domain = module_ros_domain
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     node = rclpy.create_node("shutdown_test_peer", context=context)
