@@ -44,6 +44,10 @@ class PolicyNodeConfig:
         episode_jump_m: a robot state whose EE position lies farther than this from the
             previous one starts a new episode (the arm was reset or moved by hand), m;
             0 = off.
+        decode_worker: decode in a process of its own (``heisd_ros.nodes.decode_worker``),
+            so the executor's work on robot states and frames cannot starve the decoder of
+            the GIL; False decodes in the executor's step thread (debugging, tests that
+            look inside the decoder).
     """
 
     method: str = "heisd"
@@ -62,6 +66,7 @@ class PolicyNodeConfig:
     max_command_age_s: float = 0.4
     input_timeout_s: float = 1.0
     episode_jump_m: float = 0.1
+    decode_worker: bool = True
 
     def __post_init__(self) -> None:
         if not self.method:

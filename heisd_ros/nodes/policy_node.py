@@ -64,6 +64,7 @@ import math
 import threading
 import time
 from collections import Counter
+from dataclasses import asdict
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -79,6 +80,7 @@ from heisd_ros.data.episode import make_proprio
 from heisd_ros.data.observation import EpisodeState, Observation
 from heisd_ros.msg import EECommand, EpisodeStatus, HybridStep
 from heisd_ros.nodes._params import dataclass_from_parameters
+from heisd_ros.nodes.decode_worker import DecodeWorker, WorkerError, WorkerSpec
 from heisd_ros.nodes.image_conversion import ImageConversionError, compressed_to_rgb, image_to_rgb
 from heisd_ros.nodes.policy_config import PolicyNodeConfig
 from heisd_ros.nodes.policy_decoders import (
@@ -103,6 +105,9 @@ from heisd_ros.nodes.robot_msgs import seconds_to_stamp, stamp_to_seconds
 from heisd_ros.srv import SetInstruction
 
 __all__ = ["PolicyNode", "main"]
+
+#: Decoded steps before the node judges whether this machine is too slow for its limit.
+TOO_SLOW_MIN_STEPS = 10
 
 
 class PolicyNode(Node):
@@ -185,8 +190,10 @@ class PolicyNode(Node):
         self._trigger = self.create_guard_condition(self._step, callback_group=self._step_group)
         self.create_timer(cfg.diagnostics_period_s, self._publish_diagnostics,
                           callback_group=self._input_group)
-        self.retrieval = RetrievalServiceClient(self, cfg.retrieval_service,
-                                                callback_group=self._client_group)
+        # With a decode worker the worker holds the retrieval client (its own small node).
+        self.retrieval = None if cfg.decode_worker else RetrievalServiceClient(
+            self, cfg.retrieval_service, callback_group=self._client_group)
+        self._too_slow_warned = False
         if not self.config_error:
             self.configure()
         if self.config_error:
@@ -195,6 +202,8 @@ class PolicyNode(Node):
     # ------------------------------------------------------------------ configure
     def configure(self) -> bool:
         """Load the target and build the decoder; on failure keep the reason, act on nothing."""
+        if self.config.decode_worker:
+            return self._configure_worker()
         try:
             target, self.model_description = load_target(self.model_config)
             self.decoder = build_decoder(self.config.method, target, self.model_config,
@@ -212,6 +221,40 @@ class PolicyNode(Node):
                                f"{getattr(self.decoder, 'description', '')}")
         self.get_logger().info("acting on " + self._inputs_text())
         return True
+
+    def _configure_worker(self) -> bool:
+        """Start the decode worker process; it loads the models (``decode_worker`` module)."""
+        spec = WorkerSpec(method=self.config.method, model=asdict(self.model_config),
+                          retrieval_service=self.resolve_service_name(
+                              self.config.retrieval_service),
+                          node_name=self.get_name(), namespace=self.get_namespace())
+        loggers = {"debug": self.get_logger().debug, "info": self.get_logger().info,
+                   "warning": self.get_logger().warning, "error": self.get_logger().error}
+        try:
+            self.decoder = DecodeWorker(spec, lambda level, text: loggers[level](text))
+        except WorkerError as exc:
+            self.decoder = None
+            self.config_error = f"policy not configured: {exc}"
+            return False
+        self.model_description = self.decoder.target_description
+        self.config_error = ""
+        self.get_logger().info(f"policy configured: method {self.config.method!r}, target "
+                               f"{self.model_description}; decoder {self.decoder.description}")
+        self.get_logger().info("acting on " + self._inputs_text())
+        return True
+
+    @property
+    def retrieval_available(self) -> bool | None:
+        """Whether the retrieval service answered the last call (None: unknown, or unused)."""
+        if self.retrieval is not None:
+            return self.retrieval.available
+        return getattr(self.decoder, "retrieval_available", None)
+
+    def destroy_node(self) -> None:
+        """Stop the decode worker, then the node."""
+        if isinstance(self.decoder, DecodeWorker):
+            self.decoder.close()
+        super().destroy_node()
 
     def _input_topics(self) -> dict[str, str]:
         """Input name -> the topic it comes from (as resolved by remapping)."""
@@ -312,7 +355,10 @@ class PolicyNode(Node):
                                   msg.task, since_s=start_s if start_s > 0 else None)
         if msg.done and not self._episode_ended and self.decoder is not None:
             self._episode_ended = True
-            self.decoder.episode_end(bool(msg.success))
+            try:
+                self.decoder.episode_end(bool(msg.success))
+            except WorkerError as exc:
+                self._worker_lost(exc)
         if not self.get_parameter("instruction").value:
             self.instruction, self.task = msg.instruction, msg.task or self.task
 
@@ -337,7 +383,10 @@ class PolicyNode(Node):
             self.gate.reset(since_s)
         self._path = Path()
         if self.decoder is not None:
-            self.decoder.begin_episode(task or self.task or None)
+            try:
+                self.decoder.begin_episode(task or self.task or None)
+            except WorkerError as exc:
+                self._worker_lost(exc)
         self.episodes_started += 1
         self.get_logger().info(f"new episode: {why}")
 
@@ -378,6 +427,9 @@ class PolicyNode(Node):
         t0 = time.perf_counter()
         try:
             step = self.decoder.decode(observation)
+        except WorkerError as exc:
+            self._worker_lost(exc)
+            return
         except (ValueError, RuntimeError) as exc:
             self._refuse("decode failed", f"decode failed: {exc}")
             return
@@ -386,13 +438,39 @@ class PolicyNode(Node):
         self.latency.step_started(snap.stamp_s, now)
         age_s = self._now() - snap.stamp_s
         limit_s = self.config.max_command_age_s
-        if not age_s <= limit_s:  # NaN-safe: an unknown age is too old
+        stale = not age_s <= limit_s  # NaN-safe: an unknown age is too old
+        self.latency.decoded(decode_ms, held_stale=stale)
+        self._warn_if_too_slow()
+        if stale:
             self._refuse("stale command", f"stale command: its frames were {age_s:.3f} s old "
                                           f"when the action was ready (max_command_age_s "
                                           f"{limit_s} s; decode took {decode_ms:.0f} ms); "
                                           f"not sent")
             return
         self._publish(step, snap.stamp_s, robot, decode_ms)
+
+    def _worker_lost(self, exc: WorkerError) -> None:
+        """The decode worker died: act on nothing more, say why (ERROR in /diagnostics)."""
+        self.decoder = None
+        self.config_error = f"policy stopped: {exc}; restart the node"
+        self.get_logger().error(self.config_error)
+
+    def _warn_if_too_slow(self) -> None:
+        """Say once when the measured step time alone exceeds ``max_command_age_s``."""
+        if self._too_slow_warned:
+            return
+        decode_ms = self.latency.decode_p50_ms(min_steps=TOO_SLOW_MIN_STEPS)
+        limit_s = self.config.max_command_age_s
+        if decode_ms is None or decode_ms <= limit_s * 1e3:
+            return
+        self._too_slow_warned = True
+        self.get_logger().warning(
+            f"this machine decodes too slowly for the command-age limit: a step takes "
+            f"{decode_ms:.0f} ms (median of the last {TOO_SLOW_MIN_STEPS} or more), more than "
+            f"max_command_age_s = {limit_s} s, so most commands will be held as stale. "
+            f"Run the VLA on a GPU (model.device), feed smaller camera images, or, if the "
+            f"task tolerates older commands, raise max_command_age_s (and the driver's "
+            f"controller.max_command_age_s)")
 
     def _publish(self, step: DecodedStep, stamp_s: float, robot: RobotInput,
                  decode_ms: float) -> None:
@@ -403,7 +481,7 @@ class PolicyNode(Node):
         self.commands_sent += 1
         self._step_pub.publish(hybrid_step_msg(step, self._step_index, stamp, cfg.frame_id,
                                                self.task or self.instruction,
-                                               self.retrieval.available))
+                                               self.retrieval_available))
         self._path_pub.publish(append_pose(self._path, robot_pose_msg(robot, stamp, cfg.frame_id),
                                            cfg.path_length))
         self._marker_pub.publish(step_markers(self._step_index, stamp, cfg.frame_id,
@@ -435,7 +513,7 @@ class PolicyNode(Node):
                   "commands_sent": str(self.commands_sent), "last_problem": self.last_problem,
                   "last_refusal": self.last_refusal,
                   "episodes_started": str(self.episodes_started),
-                  "retrieval_available": str(self.retrieval.available),
+                  "retrieval_available": str(self.retrieval_available),
                   "decoder": getattr(self.decoder, "description", ""),
                   "degraded": getattr(self.decoder, "degraded", "")}
         values.update({k: f"{v:.3f}" for k, v in self.latency_summary().items()})
