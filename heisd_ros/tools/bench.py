@@ -14,6 +14,9 @@ Subcommands:
              (held-out demonstrations as queries); build time, reopen time, memory (RSS
              growth) and disk size. One collection holds all points (the worst case; the DB
              splits them per task).
+    graph    the policy node in the running ROS graph (PIPER driver, cameras and robot state
+             at a real robot's rates) vs the same decoder in one process: step time, command
+             rate and age, held steps (heisd_ros/tools/graph_bench.py).
 
 Examples:
     heisd-bench decode --drafter runs/drafter/draft_head.safetensors --observations 64 \
@@ -545,12 +548,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     retrieval.add_argument("--seed", type=int, default=0)
     retrieval.add_argument("--json", default=None)
     retrieval.add_argument("--threads", type=int, default=None)
+    from heisd_ros.tools import graph_bench
+
+    graph_bench.add_arguments(sub.add_parser(
+        "graph", help="the policy in the running ROS graph vs in-process (graph_bench.py)"))
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     """Entry point of ``heisd-bench``."""
     args = parse_args(argv)
+    if args.command == "graph":
+        from heisd_ros.tools import graph_bench
+
+        return graph_bench.run(args)
     set_threads(args.threads)
     if args.command == "decode":
         try:

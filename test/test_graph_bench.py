@@ -1,0 +1,153 @@
+"""heisd-bench graph: the report's figures and the stamp -> observation mapping (no ROS graph)."""
+
+import math
+
+import pytest
+
+from heisd_ros.tools import graph_bench as gb
+
+HELD = ("[WARN] [{t}] [policy_node]: holding, no command: stale command: its frames were "
+        "0.812 s old when the action was ready (max_command_age_s 0.4 s; decode took {ms} ms); "
+        "not sent")
+
+
+def test_summary_and_ratios():
+    s = gb.summary([10.0, 20.0, 30.0, 40.0])
+    assert s["n"] == 4 and s["p50"] == 25.0 and s["mean"] == 25.0 and s["max"] == 40.0
+    assert 39.0 < s["p99"] <= 40.0
+    assert gb.summary([]) is None
+    assert gb.ratio(3.0, 2.0) == 1.5
+    assert gb.ratio(None, 2.0) is None and gb.ratio(1.0, 0.0) is None
+    assert gb.agree(1.05, 1.0) is True and gb.agree(1.2, 1.0) is False
+    assert gb.agree(None, 1.0) is None
+
+
+def test_indices_of_stamps_nearest_within_tolerance():
+    published = [(1_000_000_000, 7), (1_033_333_333, 8), (1_066_666_667, 9)]
+    # The node's stamps went through float seconds: a few hundred ns off.
+    stamps = [1_033_333_100, 1_066_667_000, 999_999_900, 1_050_000_000, 2_000_000_000]
+    assert gb.indices_of_stamps(published, stamps) == [8, 9, 7, None, None]
+    assert gb.indices_of_stamps([], [1]) == [None]
+    assert gb.stamp_ns(1, 5) == 1_000_000_005
+
+
+def test_parse_held_decodes_in_window():
+    lines = [HELD.format(t="100.5", ms=780), "[INFO] [101.0] [policy_node]: policy configured",
+             HELD.format(t="102.25", ms=1210), HELD.format(t="110.0", ms=90),
+             "[WARN] [103.0] [policy_node]: holding, no command: stale frames: 0.4 s old"]
+    assert gb.parse_held_decodes(lines) == [780.0, 1210.0, 90.0]
+    assert gb.parse_held_decodes(lines, 101.0, 105.0) == [1210.0]
+    assert gb.count_log_lines(["[WARN] [5.0] [d]: controller watchdog_hold: x",
+                               "[WARN] [9.0] [d]: controller watchdog_hold: x"],
+                              "watchdog_hold", 4.0, 6.0) == 1
+
+
+def test_counter_and_refusal_deltas():
+    before = {"refused[stale command]": "3", "commands_received": "9", "method": "ar"}
+    after = {"refused[stale command]": "10", "refused[stale frames]": "2",
+             "refused[waiting for input]": "1", "commands_received": "19", "method": "ar"}
+    before["refused[waiting for input]"] = "1"
+    assert gb.held_by_reason(before, after) == {"stale command": 7, "stale frames": 2}
+    assert gb.counter_deltas(before, after, "commands_") == {"commands_received": 10}
+
+
+def test_publish_gaps():
+    out = gb.publish_gaps([0.0, 0.1, 0.2, 0.5, 9.0], 0.0, 1.0)
+    assert out["count"] == 4 and out["rate_hz"] == 4.0
+    assert out["max_gap_ms"] == pytest.approx(300.0)
+
+
+def _phase(**kw):
+    phase = {"duration_s": 10.0, "ages_s": [], "hybrid_total_ms": [], "held_ms": [],
+             "policy_before": {}, "policy_after": {}, "driver_before": {}, "driver_after": {}}
+    phase.update(kw)
+    return phase
+
+
+def test_report_with_no_command_sent():
+    phase = _phase(held_ms=[800.0, 1200.0, 1000.0],
+                   policy_before={"refused[stale command]": "2"},
+                   policy_after={"refused[stale command]": "5"})
+    r = gb.method_report(phase, {"wall_ms": [100.0, 100.0], "total_ms": [90.0, 90.0]},
+                         0.4, 0.5)
+    assert r["commands"] == 0 and r["command_rate_hz"] == 0.0
+    assert r["node_wall_ms"]["p50"] == 1000.0 and r["node_wall_ms"]["source"].startswith("log")
+    assert r["ratio_p50"] == pytest.approx(10.0)
+    assert r["node_hybrid_total_ms"] is None and r["total_ratio_p50"] is None
+    assert r["required_rate_hz"] == pytest.approx(8.0) and r["rate_pass"] is False
+    assert r["age_ms"] is None and r["over_driver_limit"] == 0
+    assert r["held_by_reason"] == {"stale command": 3}
+
+
+def test_report_with_commands_prefers_diagnostics():
+    phase = _phase(ages_s=[0.1, 0.2, 0.45, 0.6], hybrid_total_ms=[100.0, 110.0, 120.0, 130.0],
+                   held_ms=[900.0],
+                   policy_before={"decoded_steps": "3.000"},
+                   policy_after={"decode_p50_ms": "150.0", "decode_p99_ms": "900.0",
+                                 "decoded_steps": "8.000"},
+                   driver_before={"commands_received": "1"},
+                   driver_after={"commands_received": "5", "last_rejected_reason": "stale"})
+    r = gb.method_report(phase, {"wall_ms": [100.0] * 4, "total_ms": [100.0] * 4}, 0.4, 0.5)
+    assert r["command_rate_hz"] == pytest.approx(0.4)
+    assert r["over_policy_limit"] == 2 and r["over_driver_limit"] == 1
+    assert r["age_ms"]["max"] == pytest.approx(600.0)
+    wall = r["node_wall_ms"]
+    assert wall["source"].startswith("diagnostics") and wall["p50"] == 150.0
+    assert wall["before_window"] == 3  # 8 covered, 5 decoded in the window
+    assert r["ratio_p99"] == pytest.approx(9.0)
+    assert r["total_ratio_p50"] == pytest.approx(1.15)
+    assert r["driver_commands"] == {"commands_received": 4}
+    assert r["node_steps"] == {"sent": 4, "held_stale_logged": 1}
+
+
+def test_heisd_vs_ar_and_markdown():
+    def rep(rate, mean):
+        return {"command_rate_hz": rate, "inprocess_wall_ms": {"mean": mean}}
+
+    out = gb.heisd_vs_ar({"ar": rep(2.0, 200.0), "heisd": rep(3.0, 125.0)})
+    assert out["command_rate_ratio"] == 1.5 and out["inprocess_speed_ratio"] == 1.6
+    assert out["agree"] is True
+    assert gb.heisd_vs_ar({"ar": rep(0.0, 200.0), "heisd": rep(0.0, 100.0)})["agree"] is None
+    assert gb.heisd_vs_ar({"ar": rep(1.0, 1.0)}) is None
+
+    phase = _phase(held_ms=[800.0])
+    report = gb.method_report(phase, {"wall_ms": [100.0], "total_ms": [100.0]}, 0.4, 0.5)
+    result = {"setup": {"date": "d", "duration_s": 10.0, "camera_hz": 30.0, "state_hz": 200.0,
+                        "image": "224 px", "observations": "synthetic", "domain": 201,
+                        "threads": 1},
+              "methods": {"ar": report, "heisd": {"error": "not ready within 300 s"}},
+              "heisd_vs_ar": None}
+    text = gb.format_markdown(result)
+    assert "| ar | 800 / 800 | log |" in text
+    assert "failed: not ready within 300 s" in text
+    assert "n/a" in text and not math.isnan(report["command_rate_hz"])
+
+
+def test_inprocess_order():
+    sent = {"hybrid_indices": [5, None, 9, 2], "held_ms": [1.0]}
+    order, advance, how = gb.inprocess_order(sent, 10, 100)
+    assert order == [5, 9, 2] and advance and "sent" in how
+    held = {"hybrid_indices": [], "held_ms": [1.0, 2.0, 3.0], "start_index": 8}
+    order, advance, _ = gb.inprocess_order(held, 10, 100)
+    assert order == [8, 9, 0] and not advance
+
+
+def test_parse_methods():
+    class Args:
+        methods, db = None, None
+
+    assert gb.parse_methods(Args()) == ["ar", "drafter"]
+    Args.methods = "ar,heisd"
+    with pytest.raises(ValueError, match="--db"):
+        gb.parse_methods(Args())
+    Args.methods = "ar,nope"
+    with pytest.raises(ValueError):
+        gb.parse_methods(Args())
+
+
+def test_policy_overrides():
+    assert gb.policy_overrides(["decode_worker=false", "max_command_age_s=0.6",
+                                "model.threads=2", "task="]) == {
+        "decode_worker": False, "max_command_age_s": 0.6, "model.threads": 2, "task": ""}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        gb.policy_overrides(["decode_worker"])
