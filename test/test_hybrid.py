@@ -126,6 +126,9 @@ def test_router_only_is_lossless_on_every_route(tiny_vla, tiny_drafter, route):
             by_head = "drafter-routed step by drafter" in rec.why
             assert rec.status and rec.draft_source == (DRAFT_DRAFTER if by_head else DRAFT_NONE)
             assert with_drafter or not by_head
+            # the status names what decoded: drafter mode that ran AR says so
+            assert rec.status.endswith("(decoded by AR, measured cheaper here)") == (
+                with_drafter and not by_head), rec.status
         if kind == "perfect":
             assert rec.target_forwards == 1 and rec.accepted_tokens == 7
             assert rec.draft_source == DRAFT_RETRIEVAL and rec.accepted_length_per_round == [7]

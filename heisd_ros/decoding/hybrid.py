@@ -398,6 +398,9 @@ class HybridDecoder:
             self._trail = trail  # what this step started from, should it be decided again
             self._next_trail = Trail(episode.step_index + 1, record.unverified_run, anchor, ee_m)
         stats = result.stats
+        if record.status.endswith("drafter mode") and not stats.draft_source:
+            # Drafter mode decodes by AR where that is measured cheaper (PathCosts): say so.
+            record.status += " (decoded by AR, measured cheaper here)"
         stats.retrieval_calls += record.retrieval_calls
         ms = dict(stats.stage_ms)
         ms.update(clock.finish())
