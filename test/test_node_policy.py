@@ -262,6 +262,27 @@ def test_a_command_from_frames_too_old_when_ready_is_not_sent(graph):
     assert after.gripper_closed == (cmds[0].gripper == EECommand.GRIPPER_CLOSED)
 
 
+def test_a_machine_too_slow_for_the_age_limit_is_named_once_with_what_to_do(graph):
+    """Decode time above max_command_age_s: one warning, kept in diagnostics, with figures."""
+    from heisd_ros.nodes.policy_node import TOO_SLOW_MIN_STEPS
+
+    policy = graph[0]
+    limit_s = policy.config.max_command_age_s
+    policy.config.max_command_age_s = 1e-6  # every real decode takes longer
+    try:
+        for _ in range(TOO_SLOW_MIN_STEPS):
+            send(graph)
+    finally:
+        policy.config.max_command_age_s = limit_s
+    warning = policy.too_slow_warning
+    assert "more than max_command_age_s = 1e-06 s" in warning, warning
+    assert "GPU" in warning and "raise max_command_age_s" in warning
+    values = {kv.key: kv.value for kv in policy.diagnostic_status().values}
+    assert values["too_slow"] == warning
+    assert float(values["held_stale_share"]) > 0 and float(values["decode_p50_ms"]) > 0
+    assert float(values["decode_p99_ms"]) >= float(values["decode_p50_ms"])
+
+
 def _diag(out, name="policy_node: policy"):
     return next((s for d in reversed(out["diag"]) for s in d.status if s.name == name), None)
 

@@ -72,6 +72,7 @@ from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.exceptions import InvalidHandle
 from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from visualization_msgs.msg import MarkerArray
@@ -179,10 +180,21 @@ class PolicyNode(Node):
             self.create_subscription(image_type, topic + suffix,
                                      lambda msg, c=camera: self._on_image(c, msg), 2,
                                      callback_group=self._input_group)
-        self.create_subscription(JointState, "/joint_states", self._on_joint_state, 10,
-                                 callback_group=self._input_group)
-        self.create_subscription(PoseStamped, "/ee_pose", self._on_pose, 10,
-                                 callback_group=self._input_group)
+        # The robot state is taken, not spun: the PIPER driver publishes /joint_states and
+        # /ee_pose at 200 Hz, and an executor wake-up per message (rclpy's Python wait-set
+        # and dispatch work) kept this process busy and the step thread waiting for the GIL.
+        # The subscriptions sit on a helper node that no executor spins; each step (and each
+        # diagnostics tick) takes the newest message of each (:meth:`_take_robot_state`).
+        self._state_node = Node(f"{self.get_name()}_robot_state",
+                                namespace=self.get_namespace(), context=self.context,
+                                start_parameter_services=False)
+        self._state_lock = threading.Lock()
+        self._state_subs = {
+            "joint_states": self._state_node.create_subscription(
+                JointState, "/joint_states", self._on_joint_state, 1),
+            "ee_pose": self._state_node.create_subscription(
+                PoseStamped, "/ee_pose", self._on_pose, 1),
+        }
         self.create_subscription(EpisodeStatus, "/heisd/episode_status", self._on_episode,
                                  STATUS_QOS, callback_group=self._input_group)
         self.create_service(SetInstruction, "~/set_instruction", self._on_set_instruction,
@@ -194,6 +206,7 @@ class PolicyNode(Node):
         self.retrieval = None if cfg.decode_worker else RetrievalServiceClient(
             self, cfg.retrieval_service, callback_group=self._client_group)
         self._too_slow_warned = False
+        self.too_slow_warning = ""  # said once, then kept in /diagnostics (``too_slow``)
         if not self.config_error:
             self.configure()
         if self.config_error:
@@ -251,9 +264,11 @@ class PolicyNode(Node):
         return getattr(self.decoder, "retrieval_available", None)
 
     def destroy_node(self) -> None:
-        """Stop the decode worker, then the node."""
+        """Stop the decode worker, then the node and its robot-state helper node."""
         if isinstance(self.decoder, DecodeWorker):
             self.decoder.close()
+        with self._state_lock:
+            self._state_node.destroy_node()
         super().destroy_node()
 
     def _input_topics(self) -> dict[str, str]:
@@ -309,15 +324,36 @@ class PolicyNode(Node):
             self.latency.frame_received(stamp, now)
         self._trigger.trigger()
 
+    def _take_robot_state(self) -> None:
+        """Take the newest /joint_states and /ee_pose that arrived since the last take.
+
+        The subscriptions keep only the newest message (depth 1); older ones are what the
+        robot was, not what it is. With both taken, the robot input is rebuilt once.
+        """
+        with self._state_lock:
+            new = False
+            for sub in self._state_subs.values():
+                taken = None
+                try:
+                    with sub.handle:
+                        while (msg_info := sub.handle.take_message(sub.msg_type,
+                                                                   sub.raw)) is not None:
+                            taken = msg_info[0]
+                except InvalidHandle:  # destroyed while shutting down
+                    return
+                if taken is not None:
+                    sub.callback(taken)
+                    new = True
+            if new:
+                self._update_robot()
+
     def _on_joint_state(self, msg: JointState) -> None:
         self._joint = msg
         self._received["joint_states"] = self._now()
-        self._update_robot()
 
     def _on_pose(self, msg: PoseStamped) -> None:
         self._pose = msg
         self._received["ee_pose"] = self._now()
-        self._update_robot()
 
     def _update_robot(self) -> None:
         joint, pose = self._joint, self._pose
@@ -406,6 +442,7 @@ class PolicyNode(Node):
         now = self._now()
         if now - self._last_step_t < self.config.min_period_s:
             return
+        self._take_robot_state()
         with self._lock:
             result = self.gate.take(now)
         if result.problem:
@@ -464,13 +501,14 @@ class PolicyNode(Node):
         if decode_ms is None or decode_ms <= limit_s * 1e3:
             return
         self._too_slow_warned = True
-        self.get_logger().warning(
+        self.too_slow_warning = (
             f"this machine decodes too slowly for the command-age limit: a step takes "
             f"{decode_ms:.0f} ms (median of the last {TOO_SLOW_MIN_STEPS} or more), more than "
             f"max_command_age_s = {limit_s} s, so most commands will be held as stale. "
             f"Run the VLA on a GPU (model.device), feed smaller camera images, or, if the "
             f"task tolerates older commands, raise max_command_age_s (and the driver's "
             f"controller.max_command_age_s)")
+        self.get_logger().warning(self.too_slow_warning)
 
     def _publish(self, step: DecodedStep, stamp_s: float, robot: RobotInput,
                  decode_ms: float) -> None:
@@ -515,7 +553,8 @@ class PolicyNode(Node):
                   "episodes_started": str(self.episodes_started),
                   "retrieval_available": str(self.retrieval_available),
                   "decoder": getattr(self.decoder, "description", ""),
-                  "degraded": getattr(self.decoder, "degraded", "")}
+                  "degraded": getattr(self.decoder, "degraded", ""),
+                  "too_slow": self.too_slow_warning}
         values.update({k: f"{v:.3f}" for k, v in self.latency_summary().items()})
         values.update({f"refused[{k}]": str(n) for k, n in sorted(self.refusals.items())})
         # A router method running as drafter SD is a warning until it routes again.
@@ -548,6 +587,7 @@ class PolicyNode(Node):
         return "waiting for input: " + "; ".join(missing)
 
     def _publish_diagnostics(self) -> None:
+        self._take_robot_state()  # keeps the robot state's last-heard time current
         waiting = self.waiting_for()
         if waiting:
             self._refuse("waiting for input", waiting)
