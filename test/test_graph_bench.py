@@ -151,3 +151,88 @@ def test_policy_overrides():
         "decode_worker": False, "max_command_age_s": 0.6, "model.threads": 2, "task": ""}
     with pytest.raises(ValueError, match="KEY=VALUE"):
         gb.policy_overrides(["decode_worker"])
+
+
+def test_normalise_status_groups_timings():
+    deadline = ("retrieval deadline_exceeded: no answer from /retrieval_node/retrieve within "
+                "{ms} ms; drafter mode")
+    assert gb.normalise_status(deadline.format(ms="70.0")) == gb.normalise_status(
+        deadline.format(ms="71.5")) == deadline.format(ms="N.N")
+    assert gb.normalise_status("  retrieval absent: drafter ") == "retrieval absent: drafter"
+    assert gb.normalise_status("") == ""
+
+
+def test_status_counts_top_four_and_the_rest():
+    statuses = (["retrieval empty: no candidates returned; drafter mode"] * 5
+                + ["retrieval deadline_exceeded: within 70.0 ms; drafter mode",
+                   "retrieval deadline_exceeded: within 69.9 ms; drafter mode"]
+                + [""] * 2 + ["b"] + ["a"] + ["c"])
+    out = gb.status_counts(statuses)
+    assert out["top"] == [["retrieval empty: no candidates returned; drafter mode", 5],
+                          ["", 2], ["retrieval deadline_exceeded: within N.N ms; drafter mode",
+                                    2], ["a", 1]]  # ties alphabetically
+    assert out["other"] == 2 and out["distinct"] == 6
+    assert gb.status_counts([]) == {"top": [], "other": 0, "distinct": 0}
+
+
+def test_step_sources_shares():
+    out = gb.step_sources(["", "x", "x", ""], [2, 1, 1, 0], [True, False, False, False])
+    assert out["steps"] == 4 and out["status"]["top"] == [["", 2], ["x", 2]]
+    assert out["draft_source_share"] == {"retrieval": 0.25, "drafter": 0.5, "none": 0.25}
+    assert out["verify_skipped_share"] == 0.25
+    empty = gb.step_sources([], [], [])
+    assert empty["draft_source_share"]["drafter"] is None and empty["verify_skipped_share"] is None
+
+
+def test_phase_fault_only_for_methods_with_retrieval():
+    class Args:
+        retrieval_fault, fault_delay_s = "slow", 0.5
+
+    with_db = {"retrieval": "r.yaml", "policy": "p.yaml"}
+    assert gb.phase_fault("drafter", Args(), {"policy": "p.yaml"}) is None
+    fault = gb.phase_fault("heisd", Args(), with_db)
+    assert fault["mode"] == "slow" and "0.5 s" in fault["how"]
+    Args.retrieval_fault = "none"
+    assert gb.phase_fault("heisd", Args(), with_db) is None
+
+
+def test_fault_drill_report_and_markdown():
+    drafter = gb.method_report(
+        _phase(ages_s=[0.1] * 40, hybrid_total_ms=[100.0] * 40,
+               hybrid_status=[""] * 40, hybrid_draft_source=[1] * 40,
+               hybrid_verify_skipped=[False] * 40),
+        {"wall_ms": [100.0] * 4, "total_ms": [100.0] * 4}, 0.4, 0.5)
+    status = "retrieval empty: no candidates returned; drafter mode"
+    heisd = gb.method_report(
+        _phase(ages_s=[0.1] * 36, hybrid_total_ms=[110.0] * 36, hybrid_status=[status] * 36,
+               hybrid_draft_source=[1] * 36, hybrid_verify_skipped=[False] * 36,
+               retrieval_fault={"mode": "empty", "how": "retrieval_fault: no candidates"}),
+        {}, 0.4, 0.5)
+    assert heisd["hybrid_steps"]["status"]["top"] == [[status, 36]]
+    assert heisd["hybrid_steps"]["draft_source_share"]["drafter"] == 1.0
+    assert heisd["inprocess_wall_ms"] is None and heisd["rate_pass"] is None
+    reports = {"drafter": drafter, "heisd": heisd}
+    assert gb.rate_vs_drafter(reports) == {"heisd": pytest.approx(0.9)}
+    result = {"setup": {"date": "d", "duration_s": 10.0, "camera_hz": 30.0, "state_hz": 200.0,
+                        "image": "224 px", "observations": "demos", "domain": 201,
+                        "threads": 1, "retrieval_fault": "empty"},
+              "methods": reports, "heisd_vs_ar": None}
+    text = gb.format_markdown(result)
+    assert "### HybridStep status by method" in text
+    assert "| heisd (fault: empty) |" in text and gb.FAULT_NA in text
+    assert f"| 36 | 0% / 100% / 0% | 0% | 3.60 (0.90) | {status}: 36 |" in text
+    assert "| drafter | - | 40 | 0% / 100% / 0% | 0% | 4.00 | (no status): 40 |" in text
+
+
+def test_check_fault():
+    class Args:
+        retrieval_fault, fault_delay_s = "killed", 0.5
+
+    gb.check_fault(Args(), ["drafter", "heisd"])
+    with pytest.raises(ValueError, match="uses retrieval"):
+        gb.check_fault(Args(), ["ar", "drafter"])
+    Args.retrieval_fault, Args.fault_delay_s = "slow", -1.0
+    with pytest.raises(ValueError, match="--fault-delay-s"):
+        gb.check_fault(Args(), ["heisd"])
+    Args.retrieval_fault, Args.fault_delay_s = "none", 0.5
+    gb.check_fault(Args(), ["ar"])

@@ -30,12 +30,33 @@ Figures and their sources (the report repeats this):
 - command rate and age: EECommand arrivals here (arrival time - header.stamp).
 - held steps by reason: the change of the policy's ``refused[<kind>]`` diagnostics over the
   window (sampled once per diagnostics period).
+- HybridStep status by method: per step sent in the window, its ``status`` (runs of digits
+  replaced by ``N`` so that timings group; the 4 most common), the share of each
+  ``draft_source`` and of ``verify_skipped``.
+
+Retrieval fault drills (``--retrieval-fault``, for the methods that use retrieval, e.g.
+``heisd``; the policy keeps ``model.db_dir`` = ``--db`` for its router statistics and
+calibration):
+
+- ``killed``: the real retrieval node is started and SIGKILLed when the measurement window
+  starts (after the policy is ready). Until DDS notices (lease expiry) each call waits out its
+  deadline; then the client reports the service unavailable.
+- ``slow``: ``heisd_ros.tools.retrieval_fault --mode slow`` answers every request after
+  ``--fault-delay-s`` (0.5 s), well past the client's deadline.
+- ``empty``: ``heisd_ros.tools.retrieval_fault --mode empty`` answers at once with no candidates.
+
+The policy should keep sending commands in drafter mode, at about the drafter method's rate,
+each step naming the fault in its HybridStep ``status``. The in-process phase of a faulted
+method is skipped (in this process the decoder would have a working store: not the same
+situation); its in-process figures read "n/a (fault drill)".
 
 Example (after ``source .heisd-env.sh``)::
 
     heisd-bench graph --methods ar --duration-s 20
     heisd-bench graph --db runs/demo/db --methods ar,drafter,heisd --duration-s 60 \
         --json runs/graph_bench.json --report runs/graph_bench
+    heisd-bench graph --db runs/demo/db --methods drafter,heisd --retrieval-fault slow \
+        --duration-s 20
 """
 
 from __future__ import annotations
@@ -52,6 +73,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -79,6 +101,15 @@ SYNTHETIC_INSTRUCTION = "put the red block on the plate"
 #: Robot state of the synthetic fallback: the emulated arm's start pose (flange, m / rad).
 SYNTHETIC_POSE = (0.235, 0.0, 0.432, 0.0, 0.0, 0.0)
 JOINT_NAMES = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper")
+#: ``--retrieval-fault`` choices (module docstring).
+RETRIEVAL_FAULTS = ("none", "killed", "slow", "empty")
+#: In-process figures of a method run under a retrieval fault.
+FAULT_NA = "n/a (fault drill)"
+#: HybridStep.draft_source numbers by name.
+DRAFT_SOURCES = {2: "retrieval", 1: "drafter", 0: "none"}
+#: Most common HybridStep statuses reported per method.
+STATUS_TOP = 4
+_DIGITS_RE = re.compile(r"\d+")
 
 
 def dds_domain_id() -> int:
@@ -192,6 +223,34 @@ def held_by_reason(before: dict, after: dict) -> dict[str, int]:
                                                                     "refused[").items() if n}
 
 
+def normalise_status(status: str) -> str:
+    """A HybridStep status with each run of digits replaced by ``N`` (timings then group)."""
+    return _DIGITS_RE.sub("N", status.strip())
+
+
+def status_counts(statuses: Iterable[str], top: int = STATUS_TOP) -> dict:
+    """The ``top`` most common normalised statuses with their counts ("" = no status).
+
+    Returns ``{"top": [[status, n], ...], "other": n of the rest, "distinct": k}``; ties go
+    alphabetically.
+    """
+    counts = Counter(normalise_status(s) for s in statuses)
+    common = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return {"top": [[text, n] for text, n in common],
+            "other": sum(counts.values()) - sum(n for _, n in common), "distinct": len(counts)}
+
+
+def step_sources(statuses: Sequence[str], draft_sources: Sequence[int],
+                 verify_skipped: Sequence[bool]) -> dict:
+    """Per-step HybridStep figures: status counts, draft-source shares, verify-skip share."""
+    n = len(draft_sources)
+    return {"steps": len(statuses), "status": status_counts(statuses),
+            "draft_source_share": {name: (sum(int(s) == code for s in draft_sources) / n
+                                          if n else None)
+                                   for code, name in DRAFT_SOURCES.items()},
+            "verify_skipped_share": _share(verify_skipped)}
+
+
 def _share(flags: Sequence[bool]) -> float | None:
     return sum(map(bool, flags)) / len(flags) if flags else None
 
@@ -286,6 +345,10 @@ def method_report(phase: dict, inprocess: dict, policy_limit_s: float,
         "driver_watchdog_holds": phase.get("driver_watchdog_holds"),
         "verify_skip_share": {"node": _share(phase.get("hybrid_verify_skipped", [])),
                               "inprocess": _share(inprocess.get("verify_skipped", []))},
+        "hybrid_steps": step_sources(phase.get("hybrid_status", []),
+                                     phase.get("hybrid_draft_source", []),
+                                     phase.get("hybrid_verify_skipped", [])),
+        "retrieval_fault": phase.get("retrieval_fault"),
         "bench_frames": phase.get("bench_frames"),
         "bench_states": phase.get("bench_states"),
     }
@@ -303,6 +366,13 @@ def heisd_vs_ar(reports: dict[str, dict], method: str = "heisd") -> dict | None:
     return {"method": method, "command_rate_ratio": rate_ratio,
             "inprocess_speed_ratio": speed, "agree_within": AGREE_TOLERANCE,
             "agree": agree(rate_ratio, speed)}
+
+
+def rate_vs_drafter(reports: dict[str, dict]) -> dict[str, float | None]:
+    """Each faulted method's command rate / the drafter method's (None without both)."""
+    drafter = reports.get("drafter") or {}
+    return {name: ratio(r.get("command_rate_hz"), drafter.get("command_rate_hz"))
+            for name, r in reports.items() if r.get("retrieval_fault") and not r.get("error")}
 
 
 # ------------------------------------------------------------------ Markdown
@@ -348,13 +418,20 @@ def format_markdown(result: dict) -> str:
             continue
         inproc = r["inprocess_wall_ms"]
         steps = r["node_steps"]
+        sent_held = f"{steps['sent']}+{steps['held_stale_logged']}"
+        if r.get("retrieval_fault"):
+            lines.append(
+                f"| {name} (fault: {r['retrieval_fault']['mode']}) | {_pair(r['node_wall_ms'])} "
+                f"| {_source_tag(r['node_wall_ms'])} | {FAULT_NA} | {FAULT_NA} | {FAULT_NA} | "
+                f"{_pair(r['node_hybrid_total_ms'])} | {FAULT_NA} | {FAULT_NA} | {sent_held} / "
+                f"{FAULT_NA} |")
+            continue
         lines.append(
             f"| {name} | {_pair(r['node_wall_ms'])} | {_source_tag(r['node_wall_ms'])} | "
             f"{_pair(inproc)} | {_f(inproc and inproc['mean'])} | {_f(r['ratio_p50'], '.2f')} "
             f"/ {_f(r['ratio_p99'], '.2f')} | {_pair(r['node_hybrid_total_ms'])} | "
             f"{_pair(r['inprocess_total_ms'])} | {_f(r['total_ratio_p50'], '.2f')} / "
-            f"{_f(r['total_ratio_p99'], '.2f')} | {steps['sent']}+{steps['held_stale_logged']} "
-            f"/ {inproc['n'] if inproc else 0} |")
+            f"{_f(r['total_ratio_p99'], '.2f')} | {sent_held} / {inproc['n'] if inproc else 0} |")
     lines += ["", "### Commands at the driver", "",
               "| method | commands | rate /s | needed (0.8/mean) | pass | age p50 / p99 / max ms "
               "| > driver limit | > policy limit | driver received/executed/rejected | "
@@ -368,14 +445,18 @@ def format_markdown(result: dict) -> str:
         d = r["driver_commands"]
         held = ", ".join(f"{k}: {n}" for k, n in sorted(r["held_by_reason"].items())) or "-"
         passed = {None: "n/a", True: "pass", False: "FAIL"}[r["rate_pass"]]
+        needed = _f(r['required_rate_hz'], '.2f')
+        if r.get("retrieval_fault"):
+            needed = passed = FAULT_NA
         lines.append(
             f"| {name} | {r['commands']} | {_f(r['command_rate_hz'], '.2f')} | "
-            f"{_f(r['required_rate_hz'], '.2f')} | {passed} | {ages} | "
+            f"{needed} | {passed} | {ages} | "
             f"{r['over_driver_limit']} (> {_f(r['driver_max_command_age_s'], 'g')} s) | "
             f"{r['over_policy_limit']} (> {r['policy_max_command_age_s']:g} s) | "
             f"{d.get('commands_received', 'n/a')}/{d.get('commands_executed', 'n/a')}/"
             f"{d.get('commands_rejected', 'n/a')} | {_f(r.get('driver_watchdog_holds'), 'd')} "
             f"| {held} |")
+    lines += format_status_table(result)
     cmp_ = result.get("heisd_vs_ar")
     if cmp_:
         verdict = {None: "n/a", True: "yes", False: "no"}[cmp_["agree"]]
@@ -404,12 +485,14 @@ def format_markdown(result: dict) -> str:
                  f"{_f(skip['inprocess'], '.0%')}" if skip.get("node") or skip.get("inprocess")
                  else None)
         load = r.get("load_avg_1min")
-        loads = (f"1-min load average {load['graph_end']:.1f} at the graph's end, "
-                 f"{load['inprocess_end']:.1f} at the in-process phase's end" if load else None)
+        loads = (f"1-min load average {load['graph_end']:.1f} at the graph's end"
+                 + (f", {load['inprocess_end']:.1f} at the in-process phase's end"
+                    if load.get("inprocess_end") is not None else "") if load else None)
         status = r.get("driver_status")
         status = f"driver controller {status} at the end" if status not in (None, "",
                                                                             "running") else None
-        notes = [n for n in (r.get("inprocess_order"), played, skips, loads, status,
+        killed = (r.get("retrieval_fault") or {}).get("killed")
+        notes = [n for n in (r.get("inprocess_order"), killed, played, skips, loads, status,
                              r.get("died"),
                              r.get("driver_last_rejected_reason")
                              and f"driver's last rejection: {r['driver_last_rejected_reason']}")
@@ -417,6 +500,40 @@ def format_markdown(result: dict) -> str:
         if notes:
             lines.append(f"- {name}: " + "; ".join(str(n) for n in notes))
     return "\n".join(lines) + "\n"
+
+
+def _status_cell(status: dict) -> str:
+    parts = [f"{(text or '(no status)').replace('|', '/')}: {n}" for text, n in status["top"]]
+    if status["other"]:
+        parts.append(f"{status['distinct'] - len(status['top'])} others: {status['other']}")
+    return "; ".join(parts) or "-"
+
+
+def format_status_table(result: dict) -> list[str]:
+    """Markdown lines of the table "HybridStep status by method" (and the fault drill)."""
+    fault = (result.get("setup") or {}).get("retrieval_fault") or "none"
+    vs_drafter = rate_vs_drafter(result["methods"])
+    lines = ["", "### HybridStep status by method", ""]
+    if fault != "none":
+        lines += [f"Retrieval fault drill: `{fault}` for the methods that use retrieval "
+                  f"(their in-process phase skipped).", ""]
+    lines += ["| method | fault | steps sent | draft source retrieval / drafter / none | "
+              "verify-skipped | commands /s (vs drafter) | status: the 4 most common "
+              "(digits as N) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, r in result["methods"].items():
+        steps = r.get("hybrid_steps")
+        if r.get("error") or not steps:
+            continue
+        share = steps["draft_source_share"]
+        shares = " / ".join(_f(share[k], ".0%") for k in ("retrieval", "drafter", "none"))
+        faulted = r.get("retrieval_fault")
+        rate = _f(r["command_rate_hz"], ".2f")
+        if name in vs_drafter:
+            rate += f" ({_f(vs_drafter[name], '.2f')})"
+        lines.append(f"| {name} | {faulted['how'] if faulted else '-'} | {steps['steps']} | "
+                     f"{shares} | {_f(steps['verify_skipped_share'], '.0%')} | {rate} | "
+                     f"{_status_cell(steps['status'])} |")
+    return lines
 
 
 # ------------------------------------------------------------------ the replay
@@ -534,14 +651,30 @@ class Children:
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
 
-    def start(self, name: str, module: str, params: Path, extra: Sequence[str] = ()) -> None:
-        """Start ``python -m module`` with ``params``; output to ``<tmp>/<name>.log``."""
+    def start(self, name: str, module: str, params: Path | None, extra: Sequence[str] = (),
+              program_args: Sequence[str] = ()) -> None:
+        """Start ``python -m module [program_args]`` with ``params`` (ROS arguments).
+
+        Output goes to ``<tmp>/<name>.log``.
+        """
         self.logs[name] = self.tmp / f"{name}.log"
+        ros_args = ["--params-file", str(params)] if params is not None else []
         with open(self.logs[name], "w") as log:
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", module, "--ros-args", "--params-file", str(params),
+                [sys.executable, "-m", module, *program_args, "--ros-args", *ros_args,
                  *extra], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self.env, cwd=self.tmp, start_new_session=True)
+
+    def kill(self, name: str) -> str:
+        """SIGKILL one child on purpose (no longer watched or stopped); what happened."""
+        from heisd_ros.nodes.graph import exit_description
+
+        proc = self.procs.pop(name)
+        if proc.poll() is not None:
+            return f"{name} had already {exit_description(proc.returncode)}"
+        proc.kill()
+        proc.wait()
+        return f"{name} (pid {proc.pid}) SIGKILLed: {exit_description(proc.returncode)}"
 
     def dead(self) -> list[str]:
         """Children that exited, as "name exited with code N"."""
@@ -630,14 +763,20 @@ def run_graph_phase(method: str, args, replay: Replay, files: dict[str, Path], t
     children.start("driver", "heisd_ros.nodes.piper_driver_node", files["driver"],
                    ["-r", "/joint_states:=/driver/joint_states",
                     "-r", "/ee_pose:=/driver/ee_pose"])
-    if "retrieval" in files:
+    fault = phase_fault(method, args, files)
+    if fault and fault["mode"] in ("slow", "empty"):
+        children.start("retrieval_fault", "heisd_ros.tools.retrieval_fault", None,
+                       program_args=["--mode", fault["mode"],
+                                     "--delay-s", f"{args.fault_delay_s:g}"])
+    elif "retrieval" in files:
         children.start("retrieval", "heisd_ros.nodes.retrieval_node", files["retrieval"])
     children.start("policy", "heisd_ros.nodes.policy_node", files["policy"])
 
     node = rclpy_node(context, f"heisd_graph_bench_{method}")
     clock = node.get_clock()
     ages_s: list[float] = []
-    steps: list[tuple[int, float, bool]] = []  # (stamp ns, total_ms, verify_skipped)
+    # (stamp ns, total_ms, verify_skipped, status, draft_source) per step sent in the window
+    steps: list[tuple[int, float, bool, str, int]] = []
     diagnostics: dict[str, dict[str, str]] = {}
     published: list[tuple[int, int]] = []  # (stamp ns, observation index)
     state_times: list[float] = []  # when each robot state went out, s
@@ -655,7 +794,8 @@ def run_graph_phase(method: str, args, replay: Replay, files: dict[str, Path], t
     def on_step(msg: HybridStep) -> None:
         if state["measuring"]:
             steps.append((stamp_ns(msg.header.stamp.sec, msg.header.stamp.nanosec),
-                          float(msg.total_ms), bool(msg.verify_skipped)))
+                          float(msg.total_ms), bool(msg.verify_skipped), str(msg.status),
+                          int(msg.draft_source)))
 
     def on_diag(msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -695,7 +835,8 @@ def run_graph_phase(method: str, args, replay: Replay, files: dict[str, Path], t
     executor.add_node(node)
     policy_log = children.logs["policy"]
     result = {"method": method, "duration_s": args.duration_s, "logs": {
-        k: str(v) for k, v in children.logs.items()}, "error": None, "died": None}
+        k: str(v) for k, v in children.logs.items()}, "error": None, "died": None,
+        "retrieval_fault": fault}
     try:
         print(f"[graph] {method}: waiting for the policy (first command or held step; at most "
               f"{args.ready_timeout_s:g} s); logs in {phase_dir}", flush=True)
@@ -724,6 +865,9 @@ def run_graph_phase(method: str, args, replay: Replay, files: dict[str, Path], t
             return result
         _spin_for(executor, 1.5)  # a fresh diagnostics sample of every node
         before = {k: dict(v) for k, v in diagnostics.items()}
+        if fault and fault["mode"] == "killed":
+            fault["killed"] = children.kill("retrieval")
+            print(f"[graph] {method}: fault drill: {fault['killed']}", flush=True)
         state["measuring"] = True
         t0 = now_s()
         start_index = state["index"]
@@ -747,6 +891,8 @@ def run_graph_phase(method: str, args, replay: Replay, files: dict[str, Path], t
         "ages_s": ages_s, "hybrid_total_ms": [s[1] for s in steps],
         "hybrid_stamps_ns": [s[0] for s in steps],
         "hybrid_verify_skipped": [s[2] for s in steps],
+        "hybrid_status": [s[3] for s in steps],
+        "hybrid_draft_source": [s[4] for s in steps],
         "hybrid_indices": indices_of_stamps(published, [s[0] for s in steps]),
         "held_ms": parse_held_decodes(lines, t0, t1),
         "frames_published": len(published),
@@ -758,6 +904,20 @@ def run_graph_phase(method: str, args, replay: Replay, files: dict[str, Path], t
         "driver_before": before.get(driver_name, {}), "driver_after": after.get(driver_name, {}),
         "diagnostics": after})
     return result
+
+
+def phase_fault(method: str, args, files: dict[str, Path]) -> dict | None:
+    """The retrieval fault of one method's phase: None for none or a method without retrieval.
+
+    ``{"mode": ..., "how": what is done, for the report}``.
+    """
+    mode = getattr(args, "retrieval_fault", "none") or "none"
+    if mode == "none" or "retrieval" not in files:
+        return None
+    how = {"killed": "retrieval node SIGKILLed at the window's start",
+           "slow": f"retrieval_fault: answers after {getattr(args, 'fault_delay_s', 0.5):g} s",
+           "empty": "retrieval_fault: answers at once, no candidates"}[mode]
+    return {"mode": mode, "how": how}
 
 
 def _spin_for(executor, seconds: float) -> None:
@@ -897,6 +1057,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
                         help="override a policy parameter of config/policy_node.yaml (e.g. "
                              "decode_worker=false); repeatable. Default: the shipped values")
+    parser.add_argument("--retrieval-fault", choices=RETRIEVAL_FAULTS, default="none",
+                        help="fault drill for the methods that use retrieval (heisd): killed "
+                             "= SIGKILL the retrieval node when the window starts; slow = a "
+                             "stand-in that answers after --fault-delay-s; empty = a stand-in "
+                             "that answers with no candidates. Their in-process phase is "
+                             "skipped")
+    parser.add_argument("--fault-delay-s", type=float, default=0.5,
+                        help="--retrieval-fault slow: the stand-in's answer delay, s")
     parser.add_argument("--json", default=None, help="write every figure here")
     parser.add_argument("--report", default=None, metavar="DIR",
                         help="write report.md (and step_times.png) here")
@@ -915,10 +1083,22 @@ def parse_methods(args) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def check_fault(args, methods: Sequence[str]) -> None:
+    """``--retrieval-fault`` needs a method that uses retrieval; the delay >= 0 (ValueError)."""
+    from heisd_ros.decoding.methods import METHODS
+
+    if args.retrieval_fault != "none" and not any(METHODS[m].hybrid for m in methods):
+        raise ValueError(f"--retrieval-fault {args.retrieval_fault}: none of the methods "
+                         f"{','.join(methods)} uses retrieval (e.g. heisd)")
+    if not (math.isfinite(args.fault_delay_s) and args.fault_delay_s >= 0):
+        raise ValueError(f"--fault-delay-s: expected a value >= 0, got {args.fault_delay_s}")
+
+
 def run(args) -> int:
     """``heisd-bench graph``: every method's phases, the table, --json and --report."""
     try:
         methods = parse_methods(args)
+        check_fault(args, methods)
         policy_overrides(args.policy_param)
         if args.db and not (Path(args.db) / "offline_stats.json").is_file():
             raise ValueError(f"--db: no offline_stats.json in {args.db}")
@@ -966,14 +1146,22 @@ def run(args) -> int:
             if phase["error"]:
                 reports[method] = {"error": phase["error"], "logs": phase["logs"]}
                 continue
-            order, advance, how = inprocess_order(phase, len(replay), args.inprocess_max)
+            fault = phase["retrieval_fault"]
+            if fault:
+                how = (f"fault drill ({fault['how']}): in-process phase skipped (this process "
+                       f"would decode with a working store)")
+            else:
+                order, advance, how = inprocess_order(phase, len(replay), args.inprocess_max)
             print(f"[graph] {method}: graph done ({len(phase['ages_s'])} commands, "
                   f"{len(phase['held_ms'])} held stale); {how}", flush=True)
-            store = _params(files["retrieval"])["store"] if "retrieval" in files else None
-            inproc_raw = inproc.run(method, policy_cfg["model"], store, replay, order, advance,
-                                    args.warmup)
-            inproc_raw["load_avg_1min"] = os.getloadavg()[0]
-            raw[method]["inprocess"] = inproc_raw
+            if fault:
+                inproc_raw = {"skipped": FAULT_NA, "decoder": "", "load_avg_1min": None}
+            else:
+                store = _params(files["retrieval"])["store"] if "retrieval" in files else None
+                inproc_raw = inproc.run(method, policy_cfg["model"], store, replay, order,
+                                        advance, args.warmup)
+                inproc_raw["load_avg_1min"] = os.getloadavg()[0]
+                raw[method]["inprocess"] = inproc_raw
             report = method_report(phase, inproc_raw, float(policy_cfg["max_command_age_s"]),
                                    driver_cfg.get("controller", {}).get("max_command_age_s"))
             report.update(inprocess_order=how, died=phase["died"], logs=phase["logs"],
@@ -995,9 +1183,14 @@ def run(args) -> int:
                   "instruction": replay.instruction, "task": replay.task, "domain": domain,
                   "threads": threads, "logs": str(tmp), "methods": methods,
                   "rate_fraction": RATE_FRACTION,
-                  "policy_param": policy_overrides(args.policy_param)},
+                  "policy_param": policy_overrides(args.policy_param),
+                  "retrieval_fault": args.retrieval_fault,
+                  "fault_delay_s": args.fault_delay_s if args.retrieval_fault == "slow"
+                  else None},
         "methods": reports, "heisd_vs_ar": heisd_vs_ar(
-            {m: r for m, r in reports.items() if not r.get("error")}),
+            {m: r for m, r in reports.items()
+             if not r.get("error") and not r.get("retrieval_fault")}),
+        "rate_vs_drafter": rate_vs_drafter(reports),
         "raw": raw,
     }
     markdown = format_markdown(result)
