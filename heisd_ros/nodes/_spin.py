@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 import rclpy
-from rclpy.executors import Executor, MultiThreadedExecutor
+from rclpy.executors import Executor, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
@@ -115,12 +115,14 @@ def spin_node(make_node: Callable[[], Node], args: list[str] | None = None,
     Args:
         make_node: builds the node (called after ``rclpy.init``).
         args: command-line arguments for rclpy (remappings, ``--ros-args``).
-        num_threads: executor threads, so a slow callback does not hold up timers.
+        num_threads: executor threads, so a slow callback does not hold up timers; 1 = a
+            single-threaded executor (no thread pool to feed: the least work per callback).
     """
     stop = StopRequest().install()
     with rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO):
         node = make_node()
-        executor = MultiThreadedExecutor(num_threads=num_threads)
+        executor = (SingleThreadedExecutor() if num_threads == 1
+                    else MultiThreadedExecutor(num_threads=num_threads))
         executor.add_node(node)
         try:
             spin_until_stopped(executor, stop)

@@ -107,8 +107,34 @@ from heisd_ros.srv import SetInstruction
 
 __all__ = ["PolicyNode", "main"]
 
+#: Longest wait at shutdown for a step under way, s (then the worker is stopped under it).
+STEP_JOIN_TIMEOUT_S = 5.0
 #: Decoded steps before the node judges whether this machine is too slow for its limit.
 TOO_SLOW_MIN_STEPS = 10
+
+
+class InThreadDecoder:
+    """A decoder run in the step thread (``decode_worker: false``), with the worker's API.
+
+    ``submit`` keeps the observation and ``result`` decodes it, so the node's step loop is
+    the same for both; attributes (``description``, ``degraded``, ...) are the decoder's.
+    """
+
+    def __init__(self, decoder) -> None:
+        self.decoder = decoder
+        self._observation = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.decoder, name)
+
+    def submit(self, observation) -> None:
+        """Decode ``observation`` at the next :meth:`result`."""
+        self._observation = observation
+
+    def result(self) -> DecodedStep:
+        """The step of the submitted observation (decoded now, in this thread)."""
+        observation, self._observation = self._observation, None
+        return self.decoder.decode(observation)
 
 
 class PolicyNode(Node):
@@ -166,7 +192,6 @@ class PolicyNode(Node):
         self._path = Path()
 
         self._input_group = MutuallyExclusiveCallbackGroup()
-        self._step_group = MutuallyExclusiveCallbackGroup()
         self._client_group = MutuallyExclusiveCallbackGroup()
         self._cmd_pub = self.create_publisher(EECommand, "/heisd/ee_command", 10)
         self._step_pub = self.create_publisher(HybridStep, "/heisd/hybrid_step", 10)
@@ -199,7 +224,17 @@ class PolicyNode(Node):
                                  STATUS_QOS, callback_group=self._input_group)
         self.create_service(SetInstruction, "~/set_instruction", self._on_set_instruction,
                             callback_group=self._input_group)
-        self._trigger = self.create_guard_condition(self._step, callback_group=self._step_group)
+        # Steps run in a thread of their own, woken by new frames and episode requests: no
+        # executor thread is parked for a whole decode, and the executor has only quick
+        # callbacks left (one thread spins it; see main()). A failed step is re-raised in
+        # the executor (:meth:`_raise_step_failure`), so the process stops as it would for
+        # any failed callback.
+        self._wake = threading.Event()
+        self._stopping = False
+        self._step_failure: BaseException | None = None
+        self._failure_gc = self.create_guard_condition(self._raise_step_failure)
+        self._step_thread = threading.Thread(target=self._step_loop, name="policy_step",
+                                             daemon=True)
         self.create_timer(cfg.diagnostics_period_s, self._publish_diagnostics,
                           callback_group=self._input_group)
         # With a decode worker the worker holds the retrieval client (its own small node).
@@ -211,6 +246,7 @@ class PolicyNode(Node):
             self.configure()
         if self.config_error:
             self.get_logger().error(self.config_error)
+        self._step_thread.start()
 
     # ------------------------------------------------------------------ configure
     def configure(self) -> bool:
@@ -228,6 +264,7 @@ class PolicyNode(Node):
             self.decoder = None
             self.config_error = f"policy not configured: {type(exc).__name__}: {exc}"
             return False
+        self.decoder = InThreadDecoder(self.decoder)
         self.config_error = ""
         self.get_logger().info(f"policy configured: method {self.config.method!r}, target "
                                f"{self.model_description}; decoder "
@@ -264,7 +301,10 @@ class PolicyNode(Node):
         return getattr(self.decoder, "retrieval_available", None)
 
     def destroy_node(self) -> None:
-        """Stop the decode worker, then the node and its robot-state helper node."""
+        """Stop the step thread and the decode worker, then the node and its helper node."""
+        self._stopping = True
+        self._wake.set()
+        self._step_thread.join(timeout=STEP_JOIN_TIMEOUT_S)  # a decode under way finishes
         if isinstance(self.decoder, DecodeWorker):
             self.decoder.close()
         with self._state_lock:
@@ -322,7 +362,7 @@ class PolicyNode(Node):
         with self._lock:
             self.gate.add_frame(camera, stamp, rgb, problem)
             self.latency.frame_received(stamp, now)
-        self._trigger.trigger()
+        self._wake.set()
 
     def _take_robot_state(self) -> None:
         """Take the newest /joint_states and /ee_pose that arrived since the last take.
@@ -406,7 +446,7 @@ class PolicyNode(Node):
         (:meth:`InputGate.reset`). None: only frames that arrive after the reset.
         """
         self._episode_request = (why, task, since_s)
-        self._trigger.trigger()
+        self._wake.set()
 
     def _start_requested_episode(self) -> None:
         request, self._episode_request = self._episode_request, None
@@ -435,26 +475,72 @@ class PolicyNode(Node):
         return self.get_clock().now().nanoseconds * 1e-9
 
     # ------------------------------------------------------------------ the step
+    def _step_loop(self) -> None:
+        """The step thread: a step run each time new input wakes it, until the node stops."""
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                self._step()
+            except Exception as exc:  # noqa: BLE001 - handed to the executor, which raises it
+                self._step_failure = exc
+                self._failure_gc.trigger()
+                return
+
+    def _raise_step_failure(self) -> None:
+        if self._step_failure is not None:
+            raise self._step_failure
+
     def _step(self) -> None:
+        """Decode steps back to back while new paired frames come, one at a time.
+
+        The next observation is handed to the decoder as soon as a command is out; the
+        step's visualisation (HybridStep, path, markers) is published while that next
+        observation decodes, so the decoder does not wait for it.
+        """
+        viz = None
+        while self.decoder is not None:
+            pending = self._begin_step()
+            if viz is not None:
+                self._publish_viz(*viz)
+                viz = None
+            if pending is None:
+                return
+            try:
+                step = self.decoder.result()
+            except WorkerError as exc:
+                self._worker_lost(exc)
+                return
+            except (ValueError, RuntimeError) as exc:
+                self._refuse("decode failed", f"decode failed: {exc}")
+                continue
+            viz = self._end_step(pending, step)
+        if viz is not None:
+            self._publish_viz(*viz)
+
+    def _begin_step(self) -> tuple | None:
+        """Take the newest inputs and hand their observation to the decoder; None: no step."""
         if self.decoder is None:
-            return
+            return None
         self._start_requested_episode()
         now = self._now()
         if now - self._last_step_t < self.config.min_period_s:
-            return
+            return None
         self._take_robot_state()
         with self._lock:
             result = self.gate.take(now)
         if result.problem:
             self._refuse(result.kind, result.problem)
-            return
+            return None
         snap = result.snapshot
         if snap is None:
-            return
+            return None
         if not self.instruction.strip():
             self._refuse("no instruction", "no instruction: set the `instruction` parameter "
                                            "or call ~/set_instruction")
-            return
+            return None
         robot = snap.robot
         proprio = make_proprio(robot.ee_position_m, robot.ee_rpy_rad, robot.gripper_width_m)
         observation = Observation(
@@ -463,13 +549,15 @@ class PolicyNode(Node):
             episode=self._episode)
         t0 = time.perf_counter()
         try:
-            step = self.decoder.decode(observation)
+            self.decoder.submit(observation)
         except WorkerError as exc:
             self._worker_lost(exc)
-            return
-        except (ValueError, RuntimeError) as exc:
-            self._refuse("decode failed", f"decode failed: {exc}")
-            return
+            return None
+        return snap, now, t0
+
+    def _end_step(self, pending: tuple, step: DecodedStep) -> tuple | None:
+        """Send the step's command unless its frames got too old; the viz to publish, or None."""
+        snap, now, t0 = pending
         decode_ms = (time.perf_counter() - t0) * 1e3
         self._last_step_t = now
         self.latency.step_started(snap.stamp_s, now)
@@ -483,8 +571,8 @@ class PolicyNode(Node):
                                           f"when the action was ready (max_command_age_s "
                                           f"{limit_s} s; decode took {decode_ms:.0f} ms); "
                                           f"not sent")
-            return
-        self._publish(step, snap.stamp_s, robot, decode_ms)
+            return None
+        return self._publish(step, snap.stamp_s, snap.robot, decode_ms)
 
     def _worker_lost(self, exc: WorkerError) -> None:
         """The decode worker died: act on nothing more, say why (ERROR in /diagnostics)."""
@@ -511,23 +599,31 @@ class PolicyNode(Node):
         self.get_logger().warning(self.too_slow_warning)
 
     def _publish(self, step: DecodedStep, stamp_s: float, robot: RobotInput,
-                 decode_ms: float) -> None:
+                 decode_ms: float) -> tuple:
+        """Send the command now; return what :meth:`_publish_viz` publishes for it."""
         cfg, stamp = self.config, seconds_to_stamp(stamp_s)
         self._cmd_pub.publish(command_msg(step, self._step_index, stamp, cfg.frame_id))
         self._episode = self._episode.executed(step.action)
         self.latency.published(stamp_s, self.get_clock().now().nanoseconds * 1e-9, decode_ms)
         self.commands_sent += 1
-        self._step_pub.publish(hybrid_step_msg(step, self._step_index, stamp, cfg.frame_id,
-                                               self.task or self.instruction,
-                                               self.retrieval_available))
-        self._path_pub.publish(append_pose(self._path, robot_pose_msg(robot, stamp, cfg.frame_id),
-                                           cfg.path_length))
-        self._marker_pub.publish(step_markers(self._step_index, stamp, cfg.frame_id,
-                                              robot.ee_position_m, step.source, step.fields,
-                                              cfg.marker_keep))
+        viz = (step, self._step_index, stamp, robot, self.task or self.instruction,
+               self.retrieval_available)
         self._step_index += 1
         self.last_problem = ""  # a command went out: nothing holds the robot now
         self._last_activity_t = self._now()
+        return viz
+
+    def _publish_viz(self, step: DecodedStep, step_index: int, stamp, robot: RobotInput,
+                     task: str, retrieval_available: bool | None) -> None:
+        """HybridStep, the executed path and the router markers of a step that was sent."""
+        cfg = self.config
+        self._step_pub.publish(hybrid_step_msg(step, step_index, stamp, cfg.frame_id, task,
+                                               retrieval_available))
+        self._path_pub.publish(append_pose(self._path, robot_pose_msg(robot, stamp, cfg.frame_id),
+                                           cfg.path_length))
+        self._marker_pub.publish(step_markers(step_index, stamp, cfg.frame_id,
+                                              robot.ee_position_m, step.source, step.fields,
+                                              cfg.marker_keep))
 
     def _refuse(self, kind: str, problem: str) -> None:
         """Count and (throttled per kind) warn; nothing is sent for this input."""
@@ -600,7 +696,8 @@ def main(args: list[str] | None = None) -> None:
     """Run the node until Ctrl-C, SIGTERM or ROS shutdown."""
     from heisd_ros.nodes._spin import spin_node
 
-    spin_node(PolicyNode, args, num_threads=3)
+    # One executor thread: every callback is quick (steps run in the node's own thread).
+    spin_node(PolicyNode, args, num_threads=1)
 
 
 if __name__ == "__main__":
