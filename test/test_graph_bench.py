@@ -236,3 +236,16 @@ def test_check_fault():
         gb.check_fault(Args(), ["heisd"])
     Args.retrieval_fault, Args.fault_delay_s = "none", 0.5
     gb.check_fault(Args(), ["ar"])
+
+
+def test_frame_clock_rate_runs_slow_steps_back_to_back_and_holds_fast_ones_to_the_camera():
+    from heisd_ros.tools.graph_bench import frame_clock_rate_hz
+
+    assert frame_clock_rate_hz([50.0] * 300, 30.0) == pytest.approx(20.0, rel=1e-3)
+    assert frame_clock_rate_hz([40.0] * 300, 30.0) == pytest.approx(25.0, rel=1e-3)
+    assert frame_clock_rate_hz([10.0] * 300, 30.0) == pytest.approx(30.0, rel=1e-2)
+    # a fast step after a slow one starts at once on the frame that came meanwhile, then
+    # waits for the next: two steps per two frame periods
+    assert frame_clock_rate_hz([50.0, 10.0] * 150, 30.0) == pytest.approx(30.0, rel=1e-2)
+    assert frame_clock_rate_hz([50.0, 10.0] * 150, 15.0) == pytest.approx(15.0, rel=1e-2)
+    assert frame_clock_rate_hz([], 30.0) is None

@@ -288,6 +288,34 @@ def node_wall_time(held_ms: Sequence[float], sent: int, policy_diag: dict,
     return None
 
 
+def frame_clock_rate_hz(step_ms: Sequence[float], camera_hz: float) -> float | None:
+    """Commands/s of these step times, in order, when a step may start only on a new frame.
+
+    The node's loop: a step starts at once when a frame newer than the last one used has
+    arrived, else at the next frame; frames come every 1/camera_hz. A decoder slower than the
+    frame period runs back to back (1/step time); a faster one is held to the camera rate.
+    """
+    if not step_ms or camera_hz <= 0:
+        return None
+    period_s, start_s = 1.0 / camera_hz, 0.0
+    for ms in step_ms:
+        frame_s = math.floor(start_s / period_s + 1e-9) * period_s  # the frame it decides on
+        start_s = max(start_s + ms / 1e3, frame_s + period_s)
+    return len(step_ms) / start_s
+
+
+#: HybridStep stage fields whose medians the report compares, node vs in-process.
+STAGES = ("vision_ms", "retrieval_ms", "prefill_ms", "draft_ms", "verify_ms", "overhead_ms",
+          "total_ms")
+
+
+def stage_medians(rows: Sequence[dict]) -> dict[str, float] | None:
+    """Median of each of :data:`STAGES` over per-step dicts (None without steps)."""
+    if not rows:
+        return None
+    return {k: float(np.median([r.get(k, math.nan) for r in rows])) for k in STAGES}
+
+
 def method_report(phase: dict, inprocess: dict, policy_limit_s: float,
                   driver_limit_s: float | None) -> dict:
     """The figures of one method from its graph phase and its in-process phase.
@@ -309,6 +337,9 @@ def method_report(phase: dict, inprocess: dict, policy_limit_s: float,
     rate = len(ages_ms) / duration if duration > 0 else None
     required = (RATE_FRACTION / (inproc["mean"] / 1e3)) if inproc and inproc["mean"] > 0 \
         else None
+    camera_hz = float(phase.get("camera_hz") or 0.0)
+    clock_rate = frame_clock_rate_hz(inprocess.get("wall_ms", []), camera_hz)
+    required_clock = RATE_FRACTION * clock_rate if clock_rate else None
     driver_after = phase.get("driver_after") or {}
     return {
         "node_wall_ms": node_wall,
@@ -331,6 +362,12 @@ def method_report(phase: dict, inprocess: dict, policy_limit_s: float,
         "command_rate_hz": rate,
         "required_rate_hz": required,
         "rate_pass": None if rate is None or required is None else rate >= required,
+        "inprocess_frame_clock_rate_hz": clock_rate,
+        "required_frame_clock_rate_hz": required_clock,
+        "rate_pass_frame_clock": None if rate is None or required_clock is None
+        else rate >= required_clock,
+        "stage_ms_p50": {"node": stage_medians(phase.get("hybrid_stages", [])),
+                         "inprocess": stage_medians(inprocess.get("stages", []))},
         "age_ms": summary(ages_ms),
         "policy_max_command_age_s": policy_limit_s,
         "driver_max_command_age_s": driver_limit_s,
@@ -363,9 +400,13 @@ def heisd_vs_ar(reports: dict[str, dict], method: str = "heisd") -> dict | None:
         if ar["command_rate_hz"] else None
     speed = ratio(ar["inprocess_wall_ms"] and ar["inprocess_wall_ms"]["mean"],
                   ours["inprocess_wall_ms"] and ours["inprocess_wall_ms"]["mean"])
+    clock = ratio(ours.get("inprocess_frame_clock_rate_hz"),
+                  ar.get("inprocess_frame_clock_rate_hz"))
     return {"method": method, "command_rate_ratio": rate_ratio,
             "inprocess_speed_ratio": speed, "agree_within": AGREE_TOLERANCE,
-            "agree": agree(rate_ratio, speed)}
+            "agree": agree(rate_ratio, speed),
+            "inprocess_frame_clock_ratio": clock,
+            "agree_frame_clock": agree(rate_ratio, clock)}
 
 
 def rate_vs_drafter(reports: dict[str, dict]) -> dict[str, float | None]:
@@ -433,10 +474,11 @@ def format_markdown(result: dict) -> str:
             f"{_pair(r['inprocess_total_ms'])} | {_f(r['total_ratio_p50'], '.2f')} / "
             f"{_f(r['total_ratio_p99'], '.2f')} | {sent_held} / {inproc['n'] if inproc else 0} |")
     lines += ["", "### Commands at the driver", "",
-              "| method | commands | rate /s | needed (0.8/mean) | pass | age p50 / p99 / max ms "
+              "| method | commands | rate /s | needed (0.8/mean) | pass | needed at the frame "
+              "clock (0.8 x in-process rate at the camera rate) | pass | age p50 / p99 / max ms "
               "| > driver limit | > policy limit | driver received/executed/rejected | "
               "driver watchdog holds | held by reason |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in result["methods"].items():
         if r.get("error"):
             continue
@@ -446,25 +488,40 @@ def format_markdown(result: dict) -> str:
         held = ", ".join(f"{k}: {n}" for k, n in sorted(r["held_by_reason"].items())) or "-"
         passed = {None: "n/a", True: "pass", False: "FAIL"}[r["rate_pass"]]
         needed = _f(r['required_rate_hz'], '.2f')
+        passed_clock = {None: "n/a", True: "pass", False: "FAIL"}[
+            r.get("rate_pass_frame_clock")]
+        needed_clock = _f(r.get("required_frame_clock_rate_hz"), ".2f")
         if r.get("retrieval_fault"):
-            needed = passed = FAULT_NA
+            needed = passed = needed_clock = passed_clock = FAULT_NA
         lines.append(
             f"| {name} | {r['commands']} | {_f(r['command_rate_hz'], '.2f')} | "
-            f"{needed} | {passed} | {ages} | "
+            f"{needed} | {passed} | {needed_clock} | {passed_clock} | {ages} | "
             f"{r['over_driver_limit']} (> {_f(r['driver_max_command_age_s'], 'g')} s) | "
             f"{r['over_policy_limit']} (> {r['policy_max_command_age_s']:g} s) | "
             f"{d.get('commands_received', 'n/a')}/{d.get('commands_executed', 'n/a')}/"
             f"{d.get('commands_rejected', 'n/a')} | {_f(r.get('driver_watchdog_holds'), 'd')} "
             f"| {held} |")
     lines += format_status_table(result)
+    lines += ["", "### Median stage times, ms: node (HybridStep) / in-process", "",
+              "| method | " + " | ".join(k[:-3] for k in STAGES) + " |",
+              "| --- |" + " --- |" * len(STAGES)]
+    for name, r in result["methods"].items():
+        st = r.get("stage_ms_p50") or {}
+        node, inproc = st.get("node") or {}, st.get("inprocess") or {}
+        if node or inproc:
+            lines.append(f"| {name} | " + " | ".join(
+                f"{_f(node.get(k), '.1f')} / {_f(inproc.get(k), '.1f')}" for k in STAGES) + " |")
     cmp_ = result.get("heisd_vs_ar")
     if cmp_:
-        verdict = {None: "n/a", True: "yes", False: "no"}[cmp_["agree"]]
+        verdict = {None: "n/a", True: "yes", False: "no"}
         lines += ["", "### HeiSD vs AR", "",
                   "| command-rate ratio heisd/ar | in-process speed ratio (AR mean / HeiSD "
-                  "mean) | agree within 10% |", "| --- | --- | --- |",
+                  "mean) | agree within 10% | in-process ratio at the frame clock | agree "
+                  "within 10% |", "| --- | --- | --- | --- | --- |",
                   f"| {_f(cmp_['command_rate_ratio'], '.2f')} | "
-                  f"{_f(cmp_['inprocess_speed_ratio'], '.2f')} | {verdict} |"]
+                  f"{_f(cmp_['inprocess_speed_ratio'], '.2f')} | {verdict[cmp_['agree']]} | "
+                  f"{_f(cmp_.get('inprocess_frame_clock_ratio'), '.2f')} | "
+                  f"{verdict[cmp_.get('agree_frame_clock')]} |"]
     lines += ["", "Sources: node wall `log` = the policy log's held steps (\"decode took N ms\", "
               "every decoded step when none was sent); `diag` = the policy's /diagnostics "
               "decode_p50_ms/decode_p99_ms (last decoded steps, sent and held, may include "
@@ -795,7 +852,8 @@ def run_graph_phase(method: str, args, replay: Replay, files: dict[str, Path], t
         if state["measuring"]:
             steps.append((stamp_ns(msg.header.stamp.sec, msg.header.stamp.nanosec),
                           float(msg.total_ms), bool(msg.verify_skipped), str(msg.status),
-                          int(msg.draft_source)))
+                          int(msg.draft_source),
+                          {k: float(getattr(msg, k)) for k in STAGES}))
 
     def on_diag(msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -893,6 +951,7 @@ def run_graph_phase(method: str, args, replay: Replay, files: dict[str, Path], t
         "hybrid_verify_skipped": [s[2] for s in steps],
         "hybrid_status": [s[3] for s in steps],
         "hybrid_draft_source": [s[4] for s in steps],
+        "hybrid_stages": [s[5] for s in steps], "camera_hz": args.camera_hz,
         "hybrid_indices": indices_of_stamps(published, [s[0] for s in steps]),
         "held_ms": parse_held_decodes(lines, t0, t1),
         "frames_published": len(published),
@@ -988,7 +1047,7 @@ class InProcess:
 
             for index in order[:warmup]:
                 decoder.decode(observation(index, EpisodeState(task)))
-            wall_ms, total_ms, skipped, previous = [], [], [], None
+            wall_ms, total_ms, skipped, stages, previous = [], [], [], [], None
             episode = EpisodeState(task)
             for index in order:
                 if previous is None or replay.episode[index] != replay.episode[previous]:
@@ -1000,13 +1059,14 @@ class InProcess:
                 wall_ms.append((time.perf_counter() - t) * 1e3)
                 total_ms.append(float(step.fields.get("total_ms", math.nan)))
                 skipped.append(bool(step.fields.get("verify_skipped")))
+                stages.append({k: float(step.fields.get(k, math.nan)) for k in STAGES})
                 if advance:
                     episode = episode.executed(step.action)
                 previous = index
             import torch
 
             return {"wall_ms": wall_ms, "total_ms": [t for t in total_ms if math.isfinite(t)],
-                    "indices": list(order), "verify_skipped": skipped,
+                    "indices": list(order), "verify_skipped": skipped, "stages": stages,
                     "threads": torch.get_num_threads(),
                     "decoder": getattr(decoder, "description", "")}
         finally:
