@@ -110,3 +110,34 @@ def test_slow_answers_ok_but_not_before_its_delay(client_side, tmp_path):
         assert res.latency_ms >= SLOW_DELAY_S * 1e3
     finally:
         stop_cleanly(proc)
+
+
+def test_the_policy_client_stops_asking_a_service_that_misses_its_deadlines(tmp_path,
+                                                                            client_side):
+    """After 3 missed deadlines in a row the client falls back at once for a while."""
+    from heisd_ros.nodes.retrieval_client import RetrievalServiceClient
+    from heisd_ros.retrieval.errors import RetrievalStatus
+
+    domain, executor, client = client_side
+    server = start_fault_server(tmp_path, domain, executor, client, "--mode", "slow",
+                                "--delay-s", str(SLOW_DELAY_S))
+    node = executor.get_nodes()[0]
+    policy_side = RetrievalServiceClient(node, SERVICE, backoff_after=3, backoff_s=60.0)
+    embedding = np.full(16, 0.25, dtype=np.float32)
+    import threading
+
+    finished = rclpy.task.Future()  # the executor completes the client's futures meanwhile
+    spin = threading.Thread(target=executor.spin_until_future_complete,
+                            args=(finished, TIMEOUT_S), daemon=True)
+    spin.start()
+    try:
+        results = [policy_side.retrieve("t", embedding, k=4, deadline_s=0.05) for _ in range(5)]
+    finally:
+        finished.set_result(None)
+        executor.wake()
+        spin.join(timeout=TIMEOUT_S)
+        server.stop()
+    assert [r.status for r in results] == [RetrievalStatus.DEADLINE_EXCEEDED] * 5
+    assert all("no answer from" in r.reason for r in results[:3]), [r.reason for r in results]
+    assert all("missed 3 deadlines in a row: not asked" in r.reason for r in results[3:])
+    assert policy_side.requests_sent == 3

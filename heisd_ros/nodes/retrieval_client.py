@@ -9,6 +9,11 @@ draft head instead (AR for a method without one); as soon as the service is back
 call uses it again. A killed node is noticed by DDS only after its lease expires: until then
 each call waits out its deadline.
 
+A service that stops answering in time (overloaded, hung, or killed before DDS noticed) would
+cost every step its whole deadline before the fallback decodes. After ``backoff_after`` missed
+deadlines in a row the client does not ask for ``backoff_s`` (each step falls back at once,
+DEADLINE_EXCEEDED, the reason says so), then asks again; one answer ends the back-off.
+
 The service's future is completed by the executor, so the client must sit in a callback
 group that runs beside the step callback (a multi-threaded executor).
 """
@@ -48,7 +53,8 @@ class RetrievalServiceClient:
     """``retrieve(task, embedding, k, deadline_s, demoted_ids)`` backed by the service."""
 
     def __init__(self, node: Node, service: str = DEFAULT_SERVICE, *, callback_group=None,
-                 transport_margin_s: float = 0.02, no_deadline_timeout_s: float = 1.0) -> None:
+                 transport_margin_s: float = 0.02, no_deadline_timeout_s: float = 1.0,
+                 backoff_after: int = 3, backoff_s: float = 1.0) -> None:
         """Create the service client.
 
         Args:
@@ -57,6 +63,9 @@ class RetrievalServiceClient:
             callback_group: group of the client (must run beside the caller's callback).
             transport_margin_s: added to the deadline for the round trip, s.
             no_deadline_timeout_s: wait limit of a request without a deadline, s.
+            backoff_after: missed deadlines in a row before the client stops asking for a
+                while (0 = never).
+            backoff_s: how long it does not ask then, s.
         """
         self.node = node
         self.service = service
@@ -65,6 +74,10 @@ class RetrievalServiceClient:
         self.no_deadline_timeout_s = no_deadline_timeout_s
         self.available = None  # last known availability (None = unknown), for the log
         self.calls = self.failures = 0
+        self.requests_sent = 0  # calls that reached the service (not answered at once here)
+        self.backoff_after, self.backoff_s = backoff_after, backoff_s
+        self._missed = 0  # deadlines missed in a row
+        self._quiet_until = -float("inf")  # monotonic time until which nothing is asked
 
     def retrieve(self, task: str, embedding: np.ndarray, *, k: int | None = None,
                  deadline_s: float | None = None,
@@ -78,6 +91,12 @@ class RetrievalServiceClient:
         if not self.client.service_is_ready():
             return self._failed(RetrievalStatus.ERROR, f"retrieval service {self.service} not "
                                                        f"available", t0)
+        quiet_s = self._quiet_until - time.monotonic()
+        if quiet_s > 0:
+            return self._failed(RetrievalStatus.DEADLINE_EXCEEDED,
+                                f"{self.service} missed {self._missed} deadlines in a row: not "
+                                f"asked for another {quiet_s:.1f} s", t0)
+        self.requests_sent += 1
         request = Retrieve.Request(task=task, k=int(k or 0),
                                    demoted_ids=[int(i) for i in demoted_ids])
         request.embedding = np.asarray(embedding, dtype=np.float32).reshape(-1).tolist()
@@ -90,8 +109,12 @@ class RetrievalServiceClient:
         future.add_done_callback(lambda _f: answered.set())
         if not answered.wait(wait_s):
             self.client.remove_pending_request(future)
+            self._missed += 1
+            if self.backoff_after and self._missed >= self.backoff_after:
+                self._quiet_until = time.monotonic() + self.backoff_s
             return self._failed(RetrievalStatus.DEADLINE_EXCEEDED,
                                 f"no answer from {self.service} within {wait_s * 1e3:.1f} ms", t0)
+        self._missed = 0
         response = future.result()
         if response is None:
             return self._failed(RetrievalStatus.ERROR, f"{self.service}: call failed", t0)
