@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -51,7 +50,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, help="write the figures here")
     args = p.parse_args(argv)
 
-    domain = random.randint(100, 199)
+    from heisd_ros.testing.domains import allocate_domain
+
+    domain = allocate_domain()  # held for this process: no test or other tool shares it
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     env = dict(os.environ)
     tmp = Path(tempfile.mkdtemp(prefix="heisd_graph_age_"))
