@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from heisd_ros.nodes.policy_inputs import InputGate, InputGateConfig, RobotInput
+from heisd_ros.nodes.policy_inputs import GateResult, InputGate, InputGateConfig, RobotInput
 
 IMG = np.zeros((16, 16, 3), np.uint8)
 
@@ -208,11 +208,24 @@ def test_a_stale_wrist_camera_is_reported_once_and_the_frame_still_pairs_after()
     gate.add_frame("wrist", 1.0, frame(1))
     gate.add_frame("third_person", 2.0, frame(2))
     gate.add_robot(robot(2.0))
-    first = gate.take(2.01)
+    # just in: its partner is likely on its way (the cameras publish one after the other)
+    assert gate.take(2.01) == GateResult()
+    first = gate.take(2.06)  # waited longer than the pair tolerance (0.05 s)
     assert first.kind == "stale frames" and "wrist" in first.problem, first.problem
-    assert not gate.take(2.02).problem  # once
-    gate.add_frame("wrist", 2.01, frame(3))
-    assert gate.take(2.02).snapshot is not None
+    assert not gate.take(2.07).problem  # once
+    gate.add_frame("wrist", 2.03, frame(3))  # stamped within the tolerance, arrived late
+    assert gate.take(2.07).snapshot is not None
+
+
+def test_a_partner_that_comes_right_after_a_long_pause_is_no_hold():
+    """A lockstep sim: minutes-old wrist frame, then both new frames one after the other."""
+    gate = fresh_gate()
+    gate.add_frame("wrist", 1.0, frame(1))
+    gate.add_frame("third_person", 3.0, frame(2))
+    gate.add_robot(robot(3.0))
+    assert gate.take(3.001) == GateResult()  # no refusal: nothing is held
+    gate.add_frame("wrist", 3.0, frame(2))
+    assert gate.take(3.002).snapshot is not None
 
 
 def test_a_frame_without_a_partner_is_refused_as_unpaired_once_it_is_stale():

@@ -1,6 +1,6 @@
 """The retrieval fault stand-in in its own process, called over real DDS from this test process.
 
-``python -m heisd_ros.tools.retrieval_fault`` serves ``/retrieval_node/retrieve`` (the retrieval
+``python -m heisd_ros.nodes.retrieval_fault`` serves ``/retrieval_node/retrieve`` (the retrieval
 node's service): ``empty`` answers OK with no candidates, ``slow`` answers OK too, but only after
 its delay.
 """
@@ -69,7 +69,7 @@ def start_fault_server(tmp_path, domain: int, executor, client, *mode_args: str)
     a request sent then gets no answer, so the probe repeats until one is answered (the same
     race as in test_node_retrieval.py).
     """
-    proc = NodeProcess(["-m", "heisd_ros.tools.retrieval_fault", *mode_args], tmp_path, domain)
+    proc = NodeProcess(["-m", "heisd_ros.nodes.retrieval_fault", *mode_args], tmp_path, domain)
     assert client.wait_for_service(timeout_sec=TIMEOUT_S), proc.text()
     deadline = time.monotonic() + TIMEOUT_S
     while call(executor, client, timeout_s=2.0 + SLOW_DELAY_S)[0] is None:

@@ -219,10 +219,17 @@ class InputGate:
                 return self._check(stamp, third, *wrists[j])
         if not unused:
             return GateResult()  # nothing new from the third-person camera
-        return self._no_partner(unused[-1][0], wrist_stamps, now_s)
+        return self._no_partner(unused[-1][0], wrist_stamps, now_s, waited_from=unused[0][0])
 
-    def _no_partner(self, stamp: float, wrist_stamps: list[float], now_s: float) -> GateResult:
-        """The newest unused third-person frame has no wrist partner: wait, or say why."""
+    def _no_partner(self, stamp: float, wrist_stamps: list[float], now_s: float,
+                    waited_from: float | None = None) -> GateResult:
+        """The newest unused third-person frame has no wrist partner: wait, or say why.
+
+        ``waited_from``: the stamp of the oldest third-person frame still waiting. A stale
+        wrist camera is named only once a frame has waited longer than the pair tolerance:
+        the partner of a frame that just came is usually on its way (a camera driver, or the
+        sim, publishes the two one after the other).
+        """
         cfg = self.config
         gap = min((abs(w - stamp) for w in wrist_stamps), default=math.inf)
         passed = bool(wrist_stamps) and wrist_stamps[-1] > stamp + cfg.pair_tolerance_s
@@ -235,7 +242,9 @@ class InputGate:
             return GateResult(problem=f"stale frames: {now_s - stamp:.3f} s old (max_age_s "
                                       f"{cfg.max_age_s} s)")
         newest_wrist = wrist_stamps[-1] if wrist_stamps else None
-        if newest_wrist is not None and now_s - newest_wrist > cfg.max_age_s:
+        waited_s = now_s - (stamp if waited_from is None else waited_from)
+        if (newest_wrist is not None and now_s - newest_wrist > cfg.max_age_s
+                and waited_s > cfg.pair_tolerance_s):
             if self._stale_wrist == newest_wrist:
                 return GateResult()
             self._stale_wrist = newest_wrist  # reported once; the frame waits for a partner

@@ -41,9 +41,9 @@ calibration):
 - ``killed``: the real retrieval node is started and SIGKILLed when the measurement window
   starts (after the policy is ready). Until DDS notices (lease expiry) each call waits out its
   deadline; then the client reports the service unavailable.
-- ``slow``: ``heisd_ros.tools.retrieval_fault --mode slow`` answers every request after
+- ``slow``: ``heisd_ros.nodes.retrieval_fault --mode slow`` answers every request after
   ``--fault-delay-s`` (0.5 s), well past the client's deadline.
-- ``empty``: ``heisd_ros.tools.retrieval_fault --mode empty`` answers at once with no candidates.
+- ``empty``: ``heisd_ros.nodes.retrieval_fault --mode empty`` answers at once with no candidates.
 
 The policy should keep sending commands in drafter mode, at about the drafter method's rate,
 each step naming the fault in its HybridStep ``status``. The in-process phase of a faulted
@@ -822,7 +822,7 @@ def run_graph_phase(method: str, args, replay: Replay, files: dict[str, Path], t
                     "-r", "/ee_pose:=/driver/ee_pose"])
     fault = phase_fault(method, args, files)
     if fault and fault["mode"] in ("slow", "empty"):
-        children.start("retrieval_fault", "heisd_ros.tools.retrieval_fault", None,
+        children.start("retrieval_fault", "heisd_ros.nodes.retrieval_fault", None,
                        program_args=["--mode", fault["mode"],
                                      "--delay-s", f"{args.fault_delay_s:g}"])
     elif "retrieval" in files:

@@ -16,8 +16,8 @@ Modes:
 
 Usage (after ``source .heisd-env.sh``)::
 
-    python -m heisd_ros.tools.retrieval_fault --mode slow --delay-s 0.5
-    python -m heisd_ros.tools.retrieval_fault --mode empty --ros-args -r __ns:=/drill
+    python -m heisd_ros.nodes.retrieval_fault --mode slow --delay-s 0.5
+    python -m heisd_ros.nodes.retrieval_fault --mode empty --ros-args -r __ns:=/drill
 
 SIGINT or SIGTERM stops it cleanly (``heisd_ros.nodes._spin.spin_node``); a request still
 waiting out its delay is answered before the process exits.
@@ -98,7 +98,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """The program's own options from ``argv`` (no program name; ``--ros-args ...`` ignored)."""
     from rclpy.utilities import remove_ros_args
 
-    parser = argparse.ArgumentParser(prog="python -m heisd_ros.tools.retrieval_fault",
+    parser = argparse.ArgumentParser(prog="python -m heisd_ros.nodes.retrieval_fault",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--delay-s", type=float, default=0.5,
