@@ -283,6 +283,32 @@ def test_a_machine_too_slow_for_the_age_limit_is_named_once_with_what_to_do(grap
     assert float(values["decode_p99_ms"]) >= float(values["decode_p50_ms"])
 
 
+def test_a_dead_decode_worker_stops_the_policy_with_the_reason(graph):
+    """Its decode worker killed, a policy acts on nothing more and says why (ERROR)."""
+    import signal
+
+    policy, _broken, _peer, _pubs, executor, _out = graph
+    node = PolicyNode("dying_worker_policy", context=policy.context, parameter_overrides=[
+        Parameter("method", value="ar"), Parameter("model.path", value=policy.model_config.path),
+        Parameter("instruction", value="pick it"), Parameter("input.max_age_s", value=2.0),
+        Parameter("max_command_age_s", value=2.0), Parameter("input.max_state_skew_s", value=2.0),
+        Parameter("input_timeout_s", value=30.0)])
+    executor.add_node(node)
+    try:
+        pid = node.decoder.pid
+        node.decoder._proc.send_signal(signal.SIGKILL)
+        node.decoder._proc.wait(timeout=30)
+        send(graph)  # the frames and the state reach this policy too
+        assert spin_until(executor, lambda: node.config_error.startswith("policy stopped"))
+        assert f"(pid {pid}) exited with code -9" in node.config_error, node.config_error
+        assert node.decoder is None and node.commands_sent == 0
+        status = node.diagnostic_status()
+        assert status.level == status.ERROR and "restart the node" in status.message
+    finally:
+        executor.remove_node(node)
+        node.destroy_node()
+
+
 def _diag(out, name="policy_node: policy"):
     return next((s for d in reversed(out["diag"]) for s in d.status if s.name == name), None)
 

@@ -576,7 +576,9 @@ class PolicyNode(Node):
 
     def _worker_lost(self, exc: WorkerError) -> None:
         """The decode worker died: act on nothing more, say why (ERROR in /diagnostics)."""
-        self.decoder = None
+        worker, self.decoder = self.decoder, None
+        if isinstance(worker, DecodeWorker):
+            worker.close()  # reaps the process and closes its socket
         self.config_error = f"policy stopped: {exc}; restart the node"
         self.get_logger().error(self.config_error)
 
