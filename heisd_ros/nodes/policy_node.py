@@ -240,7 +240,6 @@ class PolicyNode(Node):
         # With a decode worker the worker holds the retrieval client (its own small node).
         self.retrieval = None if cfg.decode_worker else RetrievalServiceClient(
             self, cfg.retrieval_service, callback_group=self._client_group)
-        self._too_slow_warned = False
         self.too_slow_warning = ""  # said once, then kept in /diagnostics (``too_slow``)
         if not self.config_error:
             self.configure()
@@ -584,13 +583,12 @@ class PolicyNode(Node):
 
     def _warn_if_too_slow(self) -> None:
         """Say once when the measured step time alone exceeds ``max_command_age_s``."""
-        if self._too_slow_warned:
+        if self.too_slow_warning:
             return
         decode_ms = self.latency.decode_p50_ms(min_steps=TOO_SLOW_MIN_STEPS)
         limit_s = self.config.max_command_age_s
         if decode_ms is None or decode_ms <= limit_s * 1e3:
             return
-        self._too_slow_warned = True
         self.too_slow_warning = (
             f"this machine decodes too slowly for the command-age limit: a step takes "
             f"{decode_ms:.0f} ms (median of the last {TOO_SLOW_MIN_STEPS} or more), more than "

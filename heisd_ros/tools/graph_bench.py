@@ -66,7 +66,6 @@ import bisect
 import json
 import math
 import os
-import random
 import re
 import signal
 import subprocess
@@ -115,13 +114,11 @@ _DIGITS_RE = re.compile(r"\d+")
 def dds_domain_id() -> int:
     """The private DDS domain of one run, held until this process ends.
 
-    ``heisd_ros.testing.domains`` (a lock per id shared by every allocator on the machine);
-    without it, a random id of 215..229 (clear of the ephemeral ports, unlocked).
+    From ``heisd_ros.testing.domains``: a lock per id shared by every allocator on the
+    machine, the tests and ``graph_age`` included.
     """
-    try:
-        from heisd_ros.testing.domains import allocate_domain
-    except ImportError:
-        return random.SystemRandom().randint(215, 229)
+    from heisd_ros.testing.domains import allocate_domain
+
     return allocate_domain()
 
 
