@@ -55,6 +55,7 @@ from heisd_ros.data.observation import (
     Observation,
 )
 from heisd_ros.decoding.acceptance import AcceptanceRule, RelaxedRule, VerifyView, exact_rule
+from heisd_ros.decoding.behind import BEHIND_NONE, BehindChecker, CheckVerdict
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
@@ -182,6 +183,11 @@ class HybridStepRecord:
     skip_rule: str = ""       # what allowed an unverified step ("similarity", "follow", "router")
     skip_similarity: float = float("nan")
     skip_threshold: float = float("nan")
+    checked_behind: bool = False   # this unverified action is being checked by the target
+    behind_result: int = BEHIND_NONE   # the previous step's check, collected at this step
+    behind_bin_difference: int = -1    # its teacher-forced sum of |bin differences|
+    behind_wait_ms: float = 0.0        # how long this step waited for it
+    behind_check_ms: float = float("nan")   # how long its forward took
     accepted_tokens: int = 0
     accepted_length_per_round: list[int] = field(default_factory=list)
     first_error_position: int = -1
@@ -206,6 +212,8 @@ class HybridResult:
     """One decoded action (like ``ActionResult``) plus the path record.
 
     ``hidden`` is (7, H) when the target ran the whole action, None when verify-skipped.
+    ``behind``: the verdict on the previous step's action collected at this step
+    (``heisd_behind``), else None.
     """
 
     tokens: np.ndarray
@@ -215,6 +223,7 @@ class HybridResult:
     vision_features: object
     stats: StepStats
     record: HybridStepRecord
+    behind: CheckVerdict | None = None
 
 
 def gripper_safe(rule: AcceptanceRule) -> AcceptanceRule:
@@ -310,15 +319,48 @@ class HybridDecoder:
         self._tail_costs = PathCosts() if cost_aware and self.retrieval is not None else None
         self._retrieval_rule = gripper_safe(GroupRule(self.config.group_accept)
                                             if sw.sequence_wise else exact_rule)
+        # heisd_behind: the target checks each unverified action while it executes.
+        self._checker = (BehindChecker(target, self._retrieval_rule) if sw.checks_behind
+                         else None)
 
     # ------------------------------------------------------------------ episodes
     def begin_episode(self, task: str | None = None) -> None:
-        """Reset per-episode state (EE history, unverified run, demotions); set the DB task."""
+        """Reset per-episode state (EE history, unverified run, demotions); set the DB task.
+
+        A check still pending from the last episode is collected first (see
+        :meth:`collect_check` to get its verdict).
+        """
+        self.collect_check()
         self._history.clear()
         self._trail = self._next_trail = None
         self.task = task if task is not None else self.task
         if self.retrieval is not None:
             self.retrieval.reset_episode()
+
+    def collect_check(self) -> CheckVerdict | None:
+        """The verdict on the last unverified action if its check is pending (waits for it).
+
+        ``heisd_behind``'s last step of an episode has no next step to collect it: the loop
+        that ends the episode calls this. None when nothing is pending.
+        """
+        if self._checker is None:
+            return None
+        return self._checker.collect()[0]
+
+    @property
+    def checks_started(self) -> int:
+        """Checks behind started so far (``heisd_behind``)."""
+        return self._checker.started if self._checker is not None else 0
+
+    @property
+    def checks_waited(self) -> int:
+        """Collected checks a step had to wait for (still running when it needed them)."""
+        return self._checker.waited if self._checker is not None else 0
+
+    def close(self) -> None:
+        """Stop the background check thread (``heisd_behind``); a pending check is dropped."""
+        if self._checker is not None:
+            self._checker.close()
 
     def episode_end(self, success: bool) -> float:
         """Adapt the skip threshold to the episode's outcome; returns the new threshold."""
@@ -382,17 +424,31 @@ class HybridDecoder:
         trail = self._trail_for(episode)
         chosen = (self._unverified_choice(outcome, episode, trail, notes)
                   if use_retrieval and may_skip else None)
+        verdict = None
+        if chosen is not None and self._checker is not None and self._checker.pending:
+            # Another unverified action only once the last one is confirmed.
+            verdict = self._collect_verdict(record, notes)
+            if not verdict.confirmed:
+                chosen = None
+                notes.append("verified: the check behind rejected the last action")
         if chosen is not None:
             candidate, rule = chosen
             result = self._skipped(candidate, prefix)
             record.skip_rule, record.unverified_run = rule, trail.run + 1
             anchor = Anchor.of(candidate)
+            if self._checker is not None:
+                self._checker.start(prefix, episode.gripper_closed if episode else None,
+                                    candidate.bins, episode.step_index if episode else -1, rule)
+                record.checked_behind = True
         else:
             result = self._verified(observation, prefix, outcome if use_retrieval else None,
                                     notes)
             # Only the follow rule reads the anchor: others skip the candidates' comparison.
             anchor = (_executed_point(outcome, result.bins, self.retrieval.config.judge)
                       if sw.follow and use_retrieval else None)
+            if self._checker is not None and self._checker.pending:
+                # A verified step needs no verdict first: its forwards overlap the check.
+                verdict = self._collect_verdict(record, notes)
         if episode is not None:
             ee_m = self._history[-1] if self._history else None
             self._trail = trail  # what this step started from, should it be decided again
@@ -410,11 +466,22 @@ class HybridDecoder:
         stats.stage_ms = ms
         _fill_result(record, result, use_retrieval, ms)
         record.why = "; ".join(notes + ([record.status] if record.status else []))
-        return replace(result, record=record)
+        return replace(result, record=record, behind=verdict)
 
     # ------------------------------------------------------------------ paths
     def _fallback_name(self) -> str:
         return "drafter" if self.drafter is not None else "AR"
+
+    def _collect_verdict(self, record: HybridStepRecord, notes: list[str]) -> CheckVerdict:
+        """Collect the pending check into ``record`` (its result, bin difference, wait)."""
+        verdict, wait_ms = self._checker.collect()
+        record.behind_result = verdict.result
+        record.behind_bin_difference = verdict.bin_difference
+        record.behind_wait_ms, record.behind_check_ms = wait_ms, verdict.check_ms
+        notes.append(f"check behind of step {verdict.step_index} ({verdict.rule}): "
+                     f"{'confirmed' if verdict.confirmed else 'rejected'}, "
+                     f"{verdict.bin_difference} bins off, waited {wait_ms:.1f} ms")
+        return verdict
 
     def _trail_for(self, episode: EpisodeState | None) -> Trail:
         """What was executed before this step: the run of unverified steps and the anchor.
@@ -457,6 +524,8 @@ class HybridDecoder:
             else:
                 notes.append(f"verify: similarity {top.score:.4f} < {self.skip_threshold:.4f}")
         for candidate, rule, max_run in choices:
+            if sw.checks_behind:
+                max_run = cfg.behind_max_run
             action = self.codec.decode(np.asarray(candidate.bins, np.int64))
             problem = unverified_problem(action, episode, trail.run, max_run, cfg)
             if problem:

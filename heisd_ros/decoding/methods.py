@@ -12,7 +12,10 @@ The ladder (docs/METHOD.md): ``ar``; ``drafter`` (EAGLE-2 drafts, exact); ``draf
 demonstration without the VLA while it keeps matching, + retrieval drafts on the router's slow
 stretches too, where nothing runs unverified); ``heisd_ar`` (``heisd`` with AR in
 place of the draft head); ``heisd_paper`` (the authors' released rule: every step the router
-gives to the DB executes the retrieved action unverified, at most 2 in a row).
+gives to the DB executes the retrieved action unverified, at most 2 in a row);
+``heisd_behind`` (``heisd`` whose unverified actions the target checks in the background while
+they execute, a rejection forcing the next step verified, so every executed action is checked
+before it runs or within one step after).
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ class Switches:
     drafts from retrieval once the router has its full window; the router's F then decides
     only which steps may run unverified (high F), not which source drafts a verified step.
     Without it the router chooses the draft source, as in the paper.
+
+    ``checks_behind``: every action that runs unverified is verified by the target on a
+    background thread while it executes (``heisd_ros.decoding.behind``); a rejection forces
+    the next step verified.
     """
 
     drafter: bool
@@ -39,6 +46,7 @@ class Switches:
     follow: bool = False
     router_executes: bool = False
     drafts_from_retrieval_when_slow: bool = False
+    checks_behind: bool = False
 
     @property
     def hybrid(self) -> bool:
@@ -59,6 +67,8 @@ METHODS: dict[str, Switches] = {
     "heisd_ar": Switches(False, True, True, True, True, False, follow=True,
                          drafts_from_retrieval_when_slow=True),
     "heisd_paper": Switches(True, True, True, False, True, False, router_executes=True),
+    "heisd_behind": Switches(True, True, True, True, True, False, follow=True,
+                             drafts_from_retrieval_when_slow=True, checks_behind=True),
 }
 #: The names, in ablation order.
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)

@@ -48,6 +48,8 @@ class UnverifiedConfig:
             (2: the best success and speed of 0..4 on closed-loop validation episodes,
             docs/results/2026-12-03-unverified-steps-validation.md).
         paper_max_run: the same for ``heisd_paper`` (the authors' N = 2).
+        behind_max_run: the same for ``heisd_behind``, whose unverified actions the target
+            checks while they execute (a rejection ends the run at the next step).
         follow_window: how many steps ahead in the followed demonstration a retrieved point
             may be (1: only its next point; more lets an arm faster than it catch up).
         follow_min_similarity: the demonstration's next point must be retrieved at least
@@ -65,6 +67,7 @@ class UnverifiedConfig:
 
     max_run: int = 2
     paper_max_run: int = 2
+    behind_max_run: int = 4
     follow_window: int = 2
     follow_min_similarity: float = 0.90
     follow_drift_m: float = 0.01
@@ -80,7 +83,7 @@ class UnverifiedConfig:
         """
         changes: dict = {}
         if max_run is not None:
-            changes.update(max_run=max_run, paper_max_run=max_run)
+            changes.update(max_run=max_run, paper_max_run=max_run, behind_max_run=max_run)
         if follow_min_similarity is not None:
             changes["follow_min_similarity"] = float(follow_min_similarity)
         return replace(self, **changes)
@@ -90,7 +93,7 @@ class UnverifiedConfig:
         if isinstance(self.follow_window, bool) or not isinstance(self.follow_window, int) \
                 or self.follow_window < 1:
             raise ValueError(f"follow_window: expected an int >= 1, got {self.follow_window!r}")
-        for name in ("max_run", "paper_max_run"):
+        for name in ("max_run", "paper_max_run", "behind_max_run"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}: expected an int >= 0, got {value!r}")

@@ -108,6 +108,7 @@ def summarise_runs(runs: Sequence[EpisodeRun], reference: str = "ar") -> dict[st
                      "success_rate": wins / len(items), "sr_wilson95": [low, high],
                      **metrics.counters_summary(steps),
                      **metrics.unverified_summary([r.steps for r in items]),
+                     **metrics.checks_summary([r.steps for r in items]),
                      "latency": metrics.latency_summary(ms),
                      "stage_ms_median": metrics.stage_breakdown(steps),
                      "speedup_vs_ar": metrics.speedup(ms, ref_ms),
@@ -142,6 +143,40 @@ def table_rows(summary: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
                      " ".join(f"{m}:{v:.2f}" for m, v in s.get("router_share", {}).items()),
                      f"{s['latency']['p50_ms']:.1f}", f"{s['latency']['mean_ms']:.1f}",
                      f"{s['latency']['p99_ms']:.1f}"])
+    return header, rows
+
+
+def checks_rows(suites: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): per suite and method, how executed actions were checked and the cost.
+
+    Step latency stays the headline; beside it the target forwards and CPU time per action
+    (checks behind included), so latency is not taken for saved compute.
+    """
+    header = ["suite", "method", "mean ms", "VLA fwd / action", "CPU ms / action",
+              "checked (before + behind)", "unverified, checked behind",
+              "rejected behind (by rule)", "rejected: bins off mean / max",
+              "next step waited"]
+    rows = []
+    for suite, summary in suites.items():
+        if suite == "all" and len(suites) == 2:
+            continue
+        for name, s in summary.items():
+            c = s.get("checks")
+            if not c:
+                continue
+            rules = ", ".join(f"{r} {e['rejected']}/{e['checks']}"
+                              for r, e in c["behind_by_rule"].items())
+            rate = c["behind_rejection_rate"]
+            diff = c["rejected_bin_difference"]
+            rows.append([
+                suite, name, f"{s['latency']['mean_ms']:.1f}",
+                f"{s['vla_forwards_per_action']:.2f}", f"{s['cpu_ms_per_action']:.1f}",
+                f"{c['checked_share']:.1%}",
+                f"{c['checked_behind']}/{c['checked_behind'] + c['unchecked']}",
+                "-" if rate != rate else f"{rate:.1%} ({rules})",
+                "-" if diff["mean"] != diff["mean"] else f"{diff['mean']:.1f} / {diff['max']}",
+                f"{c['waited']}/{c['collected']}"
+                + (f" ({c['wait_ms_mean']:.1f} ms)" if c["waited"] else "")])
     return header, rows
 
 
@@ -197,6 +232,8 @@ def write_eval_report(out_dir, result: dict, runs: Sequence[EpisodeRun]) -> dict
                            if s.get("first_goal_progress"))["first_goal_progress"])
         sections.append(("How far episodes got (fraction, first goal object, all suites)",
                          report.markdown_table(["method", *stages], progress_rows)))
+    sections.append(("Who checked each executed action, and what it cost",
+                     report.markdown_table(*checks_rows(result["suites"]))))
     sections.append(("Projection", report.projection_markdown(result["projection"])))
     md = report.write_markdown(out / "report.md", "heisd-eval report", sections, images)
     return {"markdown": str(md), **{Path(i).stem: str(i) for i in images}}

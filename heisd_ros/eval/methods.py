@@ -9,6 +9,7 @@ heisd-record) load their resources into a :class:`MethodContext` (:func:`make_co
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -110,6 +111,15 @@ def step_record(result) -> dict:
             "hybrid": fields}
 
 
+def check_record(verdict) -> dict:
+    """JSON-friendly record of a check behind (``heisd_ros.decoding.behind.CheckVerdict``)."""
+    return {"confirmed": bool(verdict.confirmed), "rule": verdict.rule,
+            "bin_difference": int(verdict.bin_difference),
+            "first_rejected_dim": int(verdict.first_rejected_dim),
+            "target_bins": np.asarray(verdict.target_bins).tolist(),
+            "check_ms": float(verdict.check_ms), "cpu_ms": float(verdict.cpu_ms)}
+
+
 def start_episode(decoder, task: str | None = None) -> None:
     """Reset a decoder's per-episode state if it has any.
 
@@ -134,16 +144,28 @@ class DecoderPolicy:
         self.task = task
         #: The episode as executed so far (every action ``act`` returns is executed).
         self.episode = EpisodeState(task)
+        self._last_step: dict | None = None
 
     def reset(self) -> None:
         """Forward the episode start to decoders that keep history (router windows)."""
         self.episode = EpisodeState(self.task)
+        self._last_step = None
         start_episode(self.decoder, self.task)
 
     def end_episode(self, success: bool) -> None:
-        """Tell an adaptive decoder the episode's outcome (online skip threshold)."""
+        """Tell an adaptive decoder the episode's outcome (online skip threshold).
+
+        A check behind still running on the last action is collected into its step record.
+        """
+        if callable(getattr(self.decoder, "collect_check", None)):
+            self._attach_check(self.decoder.collect_check())
         if callable(getattr(self.decoder, "episode_end", None)):
             self.decoder.episode_end(bool(success))
+
+    def _attach_check(self, verdict) -> None:
+        """Put a check-behind verdict into the record of the step whose action it checked."""
+        if verdict is not None and self._last_step is not None:
+            self._last_step["behind"] = check_record(verdict)
 
     def act(self, observation):
         """Decode one action; the step record goes to the runner's per-step stats.
@@ -152,10 +174,16 @@ class DecoderPolicy:
         after the last action, which the target's gripper rule and verify-skip need); the
         returned action counts as executed.
         """
+        cpu_started = time.thread_time()
         result = self.decoder.decode(replace(observation, episode=self.episode))
+        cpu_ms = (time.thread_time() - cpu_started) * 1e3
+        self._attach_check(getattr(result, "behind", None))
         action = np.asarray(result.action, dtype=np.float64)
         self.episode = self.episode.executed(action)
-        return action, step_record(result)
+        step = step_record(result)
+        step["cpu_ms"] = cpu_ms
+        self._last_step = step
+        return action, step
 
 
 def make_context(target_path: str | None, drafter_path: str | None, methods, seed: int = 0,

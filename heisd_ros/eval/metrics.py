@@ -113,6 +113,57 @@ def unverified_summary(episodes: Sequence[Sequence[dict]]) -> dict:
             "after_skip": after}
 
 
+def checks_summary(episodes: Sequence[Sequence[dict]]) -> dict:
+    """Who checked the executed actions, and what checking cost, over episodes of steps.
+
+    Every executed action is either verified before it ran (the target decoded or verified
+    it), checked behind (``heisd_behind``: the step record holds the verdict under
+    ``behind``), or never checked. Returns ``checks`` with ``actions``,
+    ``verified_before``, ``checked_behind``, ``unchecked``, ``checked_share`` (before or
+    behind, of all actions), ``behind_rejection_rate`` and per rule
+    (``behind_by_rule``: {rule: {checks, rejected, rejection_rate}}),
+    ``rejected_bin_difference`` (mean and max sum of |bin differences| of rejected actions),
+    ``waited`` (collected checks the next step had to wait for, > 0.1 ms) and
+    ``wait_ms_mean`` over those; and the honest costs per action: ``vla_forwards_per_action``
+    (target forwards including checks behind) and ``cpu_ms_per_action`` (CPU time of the
+    deciding thread plus the check's thread; NaN when steps carry no ``cpu_ms``).
+    """
+    steps = [s for episode in episodes for s in episode]
+    if not steps:
+        return {}
+    behind = [s["behind"] for s in steps if s.get("behind")]
+    skipped = [s for s in steps if s["verify_skipped"]]
+    by_rule: dict[str, dict] = {}
+    for check in behind:
+        entry = by_rule.setdefault(check["rule"] or "?", {"checks": 0, "rejected": 0})
+        entry["checks"] += 1
+        entry["rejected"] += int(not check["confirmed"])
+    for entry in by_rule.values():
+        entry["rejection_rate"] = entry["rejected"] / entry["checks"]
+    rejected = [c["bin_difference"] for c in behind if not c["confirmed"]]
+    waits = [float((s.get("hybrid") or {}).get("behind_wait_ms") or 0.0) for s in steps
+             if (s.get("hybrid") or {}).get("behind_result")]
+    waited = [w for w in waits if w > 0.1]
+    forwards = [s["target_forwards"] + (1 if s.get("behind") else 0) for s in steps]
+    cpu = [s["cpu_ms"] + (s["behind"]["cpu_ms"] if s.get("behind") else 0.0)
+           for s in steps if "cpu_ms" in s]
+    checked_behind = sum(1 for s in skipped if s.get("behind"))
+    verified = len(steps) - len(skipped)
+    return {"checks": {
+        "actions": len(steps), "verified_before": verified, "checked_behind": checked_behind,
+        "unchecked": len(skipped) - checked_behind,
+        "checked_share": (verified + checked_behind) / len(steps),
+        "behind_rejection_rate": len(rejected) / len(behind) if behind else float("nan"),
+        "behind_by_rule": dict(sorted(by_rule.items())),
+        "rejected_bin_difference": {"mean": float(np.mean(rejected)) if rejected
+                                    else float("nan"),
+                                    "max": int(max(rejected)) if rejected else 0},
+        "collected": len(waits), "waited": len(waited),
+        "wait_ms_mean": float(np.mean(waited)) if waited else 0.0},
+        "vla_forwards_per_action": float(np.mean(forwards)),
+        "cpu_ms_per_action": float(np.mean(cpu)) if cpu else float("nan")}
+
+
 def stage_breakdown(steps: Sequence[dict]) -> dict[str, float]:
     """Median ms per stage over step records (keys as in ``StepStats.stage_ms``)."""
     if not steps:
