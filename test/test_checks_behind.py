@@ -118,7 +118,7 @@ def test_the_check_sees_the_executed_observation_and_candidate(tiny_trained_vla)
 @pytest.mark.parametrize("method", [m for m, s in METHODS.items()
                                     if s.hybrid and not s.checks_behind])
 def test_other_hybrid_methods_start_no_check(tiny_trained_vla, method):
-    """(The others are plain ActionDecoders, lossless against AR: test_hybrid.py.)"""
+    """Hybrid methods without checks behind start none (the rest are plain ActionDecoders)."""
     vla = tiny_trained_vla
     loop = Loop(vla, method)
     bins = first_verified(loop, vla)

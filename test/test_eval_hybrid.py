@@ -115,3 +115,47 @@ def test_a_saved_job_reads_back_to_the_same_summary(setup, tmp_path):
     assert JobResults(tmp_path / "e.json", "other").load(TASK) is None  # another run's
     store.path(TASK).write_bytes(b"\x1f\x8b cut short")
     assert store.load(TASK) is None  # a damaged part: the task runs again
+
+
+def test_checks_behind_through_record_replay_and_eval(setup, tmp_path, capsys):
+    """heisd_behind in every front end: each unverified action is checked, the counts say so."""
+    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
+
+    _, target, db = setup
+    common = ["--target", target, "--db", db]
+    skip_all = VerifySkipCalibration(
+        skip_threshold=0.0, router_threshold=0.0, precision_target=0.95,
+        skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
+        hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0).save(
+            tmp_path / "skip_all.json")
+    common += ["--calibration", str(skip_all), "--skip-threshold", "0.0"]
+    assert record.main(["--suite", SUITE, "--task", TASK, "--policy", "heisd_behind",
+                        "--max-steps", "8", "--image-size", SIZE,
+                        "--out", str(tmp_path / "bags"), *common]) == 0
+    episode = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    bag = tmp_path / "bags" / SUITE / TASK / "episode_000000_bag"
+    steps = [m for _, _, m in read_bag_messages(bag, [TOPIC_HYBRID_STEP],
+                                                typestore=make_recording_typestore())]
+    started = [m.step_index for m in steps if m.checked_behind]
+    assert started and all(m.verify_skipped for m in steps if m.checked_behind)
+    # Each check's verdict rides on the next step's message; the last one is only counted.
+    verdicts = [m.behind_result for m in steps[1:]]
+    assert sum(v != 0 for v in verdicts) == len([i for i in started if i < len(steps) - 1])
+    assert episode["checked_behind"] == len(started)
+
+    assert replay.main([str(bag), "--methods", "heisd_behind", "--json",
+                        str(tmp_path / "r.json"), *common]) == 0
+    checks = json.loads((tmp_path / "r.json").read_text())["methods"]["heisd_behind"]["checks"]
+    assert checks["checked_behind"] > 0 and checks["unchecked"] == 0
+    assert checks["checked_share"] == 1.0
+
+    assert eval_tool.main(["--suites", SUITE, "--tasks", TASK, "--episodes", "1", "--max-steps",
+                           "8", "--image-size", SIZE, "--methods", "ar", "heisd",
+                           "heisd_behind", "--json", str(tmp_path / "e.json"), *common]) == 0
+    rows = json.loads((tmp_path / "e.json").read_text())["suites"][SUITE]
+    assert rows["heisd_behind"]["checks"]["checked_share"] == 1.0
+    assert rows["heisd_behind"]["checks"]["checked_behind"] > 0
+    assert rows["ar"]["checks"]["checked_share"] == 1.0
+    assert rows["heisd_behind"]["vla_forwards_per_action"] > \
+        rows["heisd_behind"]["target_forwards_per_action"]
+    capsys.readouterr()

@@ -249,3 +249,9 @@ def test_frame_clock_rate_runs_slow_steps_back_to_back_and_holds_fast_ones_to_th
     assert frame_clock_rate_hz([50.0, 10.0] * 150, 30.0) == pytest.approx(30.0, rel=1e-2)
     assert frame_clock_rate_hz([50.0, 10.0] * 150, 15.0) == pytest.approx(15.0, rel=1e-2)
     assert frame_clock_rate_hz([], 30.0) is None
+
+
+def test_behind_counts_from_hybrid_steps():
+    assert gb.behind_counts([(0, 0.0), (0, 0.0)]) is None   # no check collected
+    c = gb.behind_counts([(0, 0.0), (1, 0.02), (2, 6.0), (1, 4.0)])
+    assert c == {"collected": 3, "rejected": 1, "waited": 2, "wait_ms_p50": 5.0}

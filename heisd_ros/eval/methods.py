@@ -157,10 +157,14 @@ class DecoderPolicy:
 
         A check behind still running on the last action is collected into its step record.
         """
-        if callable(getattr(self.decoder, "collect_check", None)):
-            self._attach_check(self.decoder.collect_check())
+        self.finish_checks()
         if callable(getattr(self.decoder, "episode_end", None)):
             self.decoder.episode_end(bool(success))
+
+    def finish_checks(self) -> None:
+        """Collect a check behind still running on the last action into its step record."""
+        if callable(getattr(self.decoder, "collect_check", None)):
+            self._attach_check(self.decoder.collect_check())
 
     def _attach_check(self, verdict) -> None:
         """Put a check-behind verdict into the record of the step whose action it checked."""

@@ -173,11 +173,18 @@ def record_runs(policy, suite: str, task: str, episodes: int, seed: int, out_dir
         tape = EpisodeTape(suite, task, spec.instruction, seed + i, config.control_rate_hz)
         result = run_episodes(policy, suite, task, 1, seed + i, max_steps, config=config,
                               observer=tape, env=env).episodes[0]
+        if callable(getattr(policy, "finish_checks", None)):
+            policy.finish_checks()   # heisd_behind: the last action's check
         steps = result.stats if result.stats and "stage_ms" in result.stats[0] else None
         path.parent.mkdir(parents=True, exist_ok=True)
         write_run_bag(tape.finish(0, result.success), steps, path, storage, ts, camera_format)
-        out.append({"seed": seed + i, "success": result.success, "steps": result.steps,
-                    "bag": str(path)})
+        entry = {"seed": seed + i, "success": result.success, "steps": result.steps,
+                 "bag": str(path)}
+        checks = [s["behind"] for s in steps or () if s.get("behind")]
+        if checks:   # each HybridStep says only its predecessor's verdict
+            entry.update(checked_behind=len(checks),
+                         rejected_behind=sum(not c["confirmed"] for c in checks))
+        out.append(entry)
         if progress is not None:
             progress(i + 1, result.success)
     return out

@@ -60,6 +60,8 @@ def replay_frames(decoders: dict, frames: Iterable[Observation],
                     "methods": {n: steps[n] for n in names}})
         if progress is not None:
             progress(i + 1)
+    for policy in policies.values():
+        policy.finish_checks()   # heisd_behind: the last frame's check, into its record
     return out
 
 
@@ -81,6 +83,7 @@ def summarise_replay(frames: list[dict]) -> dict[str, dict]:
             "stage_ms_median": metrics.stage_breakdown(steps),
             "speedup_vs_ar": metrics.speedup(ms, ref_ms),
             "speedup_vs_ar_mean": metrics.speedup_mean(ms, ref_ms),
+            **metrics.checks_summary([steps]),
             "agreement_with_ar": metrics.agreement(
                 np.array([s["bins"] for s in steps]), ref_bins,
                 np.array([s["action"] for s in steps]), ref_actions)}
@@ -95,7 +98,8 @@ def display_mode(step: dict) -> str:
 def table_rows(summary: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the replay table."""
     header = ["method", "exact tok", "mean |dbin|", "trans err mm", "gripper agr", "AL",
-              "fwd/action", "p50 ms", "p99 ms", "speed-up", "router share"]
+              "fwd/action", "p50 ms", "p99 ms", "speed-up", "router share",
+              "checked (before + behind)", "rejected behind"]
     rows = []
     for name, s in summary.items():
         a = s["agreement_with_ar"]
@@ -105,8 +109,22 @@ def table_rows(summary: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
                      f"{s['al']:.2f}", f"{s['target_forwards_per_action']:.2f}",
                      f"{s['latency']['p50_ms']:.1f}", f"{s['latency']['p99_ms']:.1f}",
                      f"{s['speedup_vs_ar']:.2f}x",
-                     " ".join(f"{m}:{v:.2f}" for m, v in s["router_share"].items())])
+                     " ".join(f"{m}:{v:.2f}" for m, v in s["router_share"].items()),
+                     *_checks_cells(s.get("checks"))])
     return header, rows
+
+
+def _checks_cells(checks: dict | None) -> list[str]:
+    """Checked share, and rejections of checks behind (``heisd_behind``) with bins off."""
+    if not checks:
+        return ["-", "-"]
+    behind = checks["checked_behind"]
+    if not behind:
+        return [f"{checks['checked_share']:.1%}", "-"]
+    rejected = round(checks["behind_rejection_rate"] * behind)
+    diff = checks["rejected_bin_difference"]
+    return [f"{checks['checked_share']:.1%}",
+            f"{rejected}/{behind}" + (f" ({diff['mean']:.0f} bins off)" if rejected else "")]
 
 
 def write_replay_report(out_dir, result: dict) -> dict[str, str]:

@@ -80,6 +80,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from heisd_ros.decoding.behind import BEHIND_REJECTED
+
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 #: Methods of one run: ``heisd`` only with ``--db``.
 METHODS_WITHOUT_DB = ("ar", "drafter")
@@ -382,10 +384,26 @@ def method_report(phase: dict, inprocess: dict, policy_limit_s: float,
         "hybrid_steps": step_sources(phase.get("hybrid_status", []),
                                      phase.get("hybrid_draft_source", []),
                                      phase.get("hybrid_verify_skipped", [])),
+        "checks_behind": behind_counts(phase.get("hybrid_behind", [])),
         "retrieval_fault": phase.get("retrieval_fault"),
         "bench_frames": phase.get("bench_frames"),
         "bench_states": phase.get("bench_states"),
     }
+
+
+def behind_counts(behind: Sequence[tuple[int, float]]) -> dict | None:
+    """Checks behind collected by the sent steps (``heisd_behind``): verdicts and waits.
+
+    ``behind``: per step (``HybridStep.behind_result``, ``behind_wait_ms``); None when no
+    step collected one.
+    """
+    collected = [(r, w) for r, w in behind if r]
+    if not collected:
+        return None
+    waits = [w for _, w in collected if w > 0.1]
+    return {"collected": len(collected),
+            "rejected": sum(r == BEHIND_REJECTED for r, _ in collected),
+            "waited": len(waits), "wait_ms_p50": float(np.median(waits)) if waits else 0.0}
 
 
 def heisd_vs_ar(reports: dict[str, dict], method: str = "heisd") -> dict | None:
@@ -587,6 +605,12 @@ def format_status_table(result: dict) -> list[str]:
         lines.append(f"| {name} | {faulted['how'] if faulted else '-'} | {steps['steps']} | "
                      f"{shares} | {_f(steps['verify_skipped_share'], '.0%')} | {rate} | "
                      f"{_status_cell(steps['status'])} |")
+    behind = {n: r["checks_behind"] for n, r in result["methods"].items()
+              if r.get("checks_behind")}
+    for name, c in behind.items():
+        lines += ["", f"Checks behind ({name}): {c['collected']} collected by the sent steps, "
+                      f"{c['rejected']} rejected (the next step verified); the step waited for "
+                      f"{c['waited']} of them (median {c['wait_ms_p50']:.1f} ms)."]
     return lines
 
 
@@ -850,7 +874,8 @@ def run_graph_phase(method: str, args, replay: Replay, files: dict[str, Path], t
             steps.append((stamp_ns(msg.header.stamp.sec, msg.header.stamp.nanosec),
                           float(msg.total_ms), bool(msg.verify_skipped), str(msg.status),
                           int(msg.draft_source),
-                          {k: float(getattr(msg, k)) for k in STAGES}))
+                          {k: float(getattr(msg, k)) for k in STAGES},
+                          (int(msg.behind_result), float(msg.behind_wait_ms))))
 
     def on_diag(msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -949,6 +974,7 @@ def run_graph_phase(method: str, args, replay: Replay, files: dict[str, Path], t
         "hybrid_status": [s[3] for s in steps],
         "hybrid_draft_source": [s[4] for s in steps],
         "hybrid_stages": [s[5] for s in steps], "camera_hz": args.camera_hz,
+        "hybrid_behind": [s[6] for s in steps],
         "hybrid_indices": indices_of_stamps(published, [s[0] for s in steps]),
         "held_ms": parse_held_decodes(lines, t0, t1),
         "frames_published": len(published),
