@@ -38,14 +38,16 @@ from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 
+from heisd_ros.decoding.methods import METHODS  # noqa: E402
 from heisd_ros.testing.domains import allocate_domain, release_domain  # noqa: E402
 from test.test_node_policy import tiny_models  # noqa: E402
 
 EECommand, HybridStep = hmsg.EECommand, hmsg.HybridStep
 REPO = Path(__file__).resolve().parents[1]
 SUITE, TASK = "piper_goal", "red_block_on_plate"
-# retrieval: SD without a router, every step asks the DB; heisd: the full method
-METHODS_UNDER_TEST = ("retrieval", "heisd")
+# retrieval: SD without a router, every step asks the DB; heisd: the full method;
+# heisd_behind: its unverified actions checked by the target in the decoding worker
+METHODS_UNDER_TEST = ("retrieval", "heisd", "heisd_behind")
 ROUTER_WINDOW = 4  # EE positions per router decision (heisd-build-db's default is 15)
 
 
@@ -85,6 +87,11 @@ def build_db(path: Path, vla_path: str) -> None:
                           hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0,
                           notes="test: always route to retrieval, never skip").save(
         path / "calibration.json")
+    VerifySkipCalibration(skip_threshold=0.0, router_threshold=0.0, precision_target=0.9,
+                          skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
+                          hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0,
+                          notes="test: always route to retrieval, skip when the rules allow").save(
+        path / "calibration_skip.json")
 
 
 class NodeProcess:
@@ -143,7 +150,9 @@ def deployment(request, tmp_path_factory):
         "policy_node": NodeProcess("policy_node", tmp, domain, {
             "method": method, "model.path": vla, "model.drafter_path": head,
             "model.router_stats_path": str(tmp / "db" / f"router_stats_{SUITE}.json"),
-            "model.calibration_path": str(tmp / "db" / "calibration.json"),
+            "model.calibration_path": str(tmp / "db" / ("calibration_skip.json"
+                                                         if METHODS[method].checks_behind
+                                                         else "calibration.json")),
             "model.retrieval_deadline_s": 0.5, "diagnostics_period_s": 0.5,
             # what is checked here is the retrieval flow; a loaded machine delivers frames
             # late, and the freshness rules have tests of their own (test_node_policy,
@@ -179,8 +188,6 @@ def logs(procs) -> str:
 
 
 def test_episode_with_retrieval_then_drafter_mode_then_retrieval_again(deployment):
-    from heisd_ros.decoding.hybrid import METHODS
-
     method, procs, executor, seen, (tmp, domain, retrieval_overrides) = deployment
 
     def retrieval_steps(since=0):
@@ -199,6 +206,14 @@ def test_episode_with_retrieval_then_drafter_mode_then_retrieval_again(deploymen
     # a command run without the VLA is marked so, and so is its HybridStep
     skips = [s for s in seen["step"] if s.verify_skipped]
     assert all(s.unverified_run >= 1 and s.skip_rule and s.target_forwards == 0 for s in skips)
+    if METHODS[method].checks_behind:
+        # the worker checks each unverified action; the next step reports the verdict
+        assert spin_until(executor, lambda: any(s.behind_result for s in seen["step"]), 120), \
+            logs(procs)
+        assert all(s.verify_skipped for s in seen["step"] if s.checked_behind)
+        collected = [s for s in seen["step"] if s.behind_result]
+        assert all(s.behind_result in (HybridStep.BEHIND_CONFIRMED, HybridStep.BEHIND_REJECTED)
+                   and s.behind_bin_difference >= 0 for s in collected)
 
     # 2. the retrieval node dies mid-episode: commands keep flowing in the method's fallback
     # mode (the draft head when the method has one, or AR where it is measured cheaper; else
