@@ -151,8 +151,10 @@ def _step(skipped, forwards, behind=None, wait_ms=0.0, cpu_ms=10.0):
 
 
 def test_checks_summary_counts_who_checked_each_action():
-    ok = {"confirmed": True, "rule": "follow", "bin_difference": 0, "cpu_ms": 20.0}
-    bad = {"confirmed": False, "rule": "similarity", "bin_difference": 44, "cpu_ms": 20.0}
+    ok = {"confirmed": True, "rule": "follow", "bin_difference": 0, "cpu_ms": 20.0,
+          "first_rejected_dim": -1}
+    bad = {"confirmed": False, "rule": "similarity", "bin_difference": 44, "cpu_ms": 20.0,
+           "first_rejected_dim": 6}
     episodes = [[_step(False, 7), _step(True, 0, ok, wait_ms=3.0), _step(True, 0, bad)],
                 [_step(False, 2), _step(True, 0)]]          # the last one never checked
     c = checks_summary(episodes)
@@ -164,6 +166,7 @@ def test_checks_summary_counts_who_checked_each_action():
     assert checks["behind_by_rule"]["similarity"] == {"checks": 1, "rejected": 1,
                                                       "rejection_rate": 1.0}
     assert checks["rejected_bin_difference"] == {"mean": 44.0, "max": 44}
+    assert checks["rejected_at"] == {"position": 0, "rotation": 0, "gripper": 1}
     assert checks["waited"] == 1 and checks["wait_ms_mean"] == pytest.approx(3.0)
     assert c["vla_forwards_per_action"] == pytest.approx((7 + 1 + 1 + 2 + 0) / 5)
     assert c["cpu_ms_per_action"] == pytest.approx((10 * 5 + 40) / 5)

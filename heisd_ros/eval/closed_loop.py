@@ -154,7 +154,8 @@ def checks_rows(suites: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
     """
     header = ["suite", "method", "mean ms", "VLA fwd / action", "CPU ms / action",
               "checked (before + behind)", "unverified, checked behind",
-              "rejected behind (by rule)", "rejected: bins off mean / max",
+              "rejected behind (by rule)", "rejected at position / rotation / gripper",
+              "rejected: bins off mean / max",
               "next step waited"]
     rows = []
     for suite, summary in suites.items():
@@ -174,6 +175,7 @@ def checks_rows(suites: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
                 f"{c['checked_share']:.1%}",
                 f"{c['checked_behind']}/{c['checked_behind'] + c['unchecked']}",
                 "-" if rate != rate else f"{rate:.1%} ({rules})",
+                "-" if rate != rate else " / ".join(str(n) for n in c["rejected_at"].values()),
                 "-" if diff["mean"] != diff["mean"] else f"{diff['mean']:.1f} / {diff['max']}",
                 f"{c['waited']}/{c['collected']}"
                 + (f" ({c['wait_ms_mean']:.1f} ms)" if c["waited"] else "")])

@@ -123,6 +123,8 @@ def checks_summary(episodes: Sequence[Sequence[dict]]) -> dict:
     behind, of all actions), ``behind_rejection_rate`` and per rule
     (``behind_by_rule``: {rule: {checks, rejected, rejection_rate}}),
     ``rejected_bin_difference`` (mean and max sum of |bin differences| of rejected actions),
+    ``rejected_at`` (rejections by the group of their first refused dimension: position,
+    rotation, gripper; a gripper rejection means the target would have changed the gripper),
     ``waited`` (collected checks the next step had to wait for, > 0.1 ms) and
     ``wait_ms_mean`` over those; and the honest costs per action: ``vla_forwards_per_action``
     (target forwards including checks behind) and ``cpu_ms_per_action`` (CPU time of the
@@ -141,6 +143,11 @@ def checks_summary(episodes: Sequence[Sequence[dict]]) -> dict:
     for entry in by_rule.values():
         entry["rejection_rate"] = entry["rejected"] / entry["checks"]
     rejected = [c["bin_difference"] for c in behind if not c["confirmed"]]
+    at = {"position": 0, "rotation": 0, "gripper": 0}
+    for c in behind:
+        if not c["confirmed"]:
+            dim = int(c.get("first_rejected_dim", -1))
+            at["position" if 0 <= dim < 3 else "rotation" if 3 <= dim < 6 else "gripper"] += 1
     waits = [float((s.get("hybrid") or {}).get("behind_wait_ms") or 0.0) for s in steps
              if (s.get("hybrid") or {}).get("behind_result")]
     waited = [w for w in waits if w > 0.1]
@@ -158,6 +165,7 @@ def checks_summary(episodes: Sequence[Sequence[dict]]) -> dict:
         "rejected_bin_difference": {"mean": float(np.mean(rejected)) if rejected
                                     else float("nan"),
                                     "max": int(max(rejected)) if rejected else 0},
+        "rejected_at": at,
         "collected": len(waits), "waited": len(waited),
         "wait_ms_mean": float(np.mean(waited)) if waited else 0.0},
         "vla_forwards_per_action": float(np.mean(forwards)),
