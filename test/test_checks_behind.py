@@ -170,3 +170,14 @@ def test_checks_summary_counts_who_checked_each_action():
     assert checks["waited"] == 1 and checks["wait_ms_mean"] == pytest.approx(3.0)
     assert c["vla_forwards_per_action"] == pytest.approx((7 + 1 + 1 + 2 + 0) / 5)
     assert c["cpu_ms_per_action"] == pytest.approx((10 * 5 + 40) / 5)
+
+
+def test_checked_behind_the_routers_threshold_does_not_gate_unverified_steps(tiny_trained_vla):
+    vla = tiny_trained_vla
+    for gate, skipped in ((False, True), (True, False)):
+        config = replace(BEHIND, behind_router_gate=gate)
+        loop = Loop(vla, "heisd_behind", config=config, threshold=0.9)  # F is 0.7 here
+        first_verified(loop, vla)
+        got = loop.step([point(target_action(vla, loop, 1), 1)])
+        assert got.record.router_mode == 0   # the router's drafter mode, either way
+        assert got.record.verify_skipped is skipped, got.record.why

@@ -400,6 +400,9 @@ class HybridDecoder:
             decision = self.router.decide(history.reshape(-1, 3))
             _fill_route(record, decision)
             may_skip = decision.mode == MODE_RETRIEVAL
+            if sw.checks_behind and not self.config.unverified.behind_router_gate:
+                # Checked behind: any step with the router's full window may run unverified.
+                may_skip = math.isfinite(decision.fused)
             slow_retrieval = (not may_skip and sw.drafts_from_retrieval_when_slow
                               and math.isfinite(decision.fused))   # NaN: too short a window
             use_retrieval = may_skip or slow_retrieval

@@ -49,7 +49,14 @@ class UnverifiedConfig:
             docs/results/2026-12-03-unverified-steps-validation.md).
         paper_max_run: the same for ``heisd_paper`` (the authors' N = 2).
         behind_max_run: the same for ``heisd_behind``, whose unverified actions the target
-            checks while they execute (a rejection ends the run at the next step).
+            checks while they execute (a rejection ends the run at the next step). 8: on
+            closed-loop validation episodes 4 and 8 ran at the same speed and success (23 and
+            24 of 30); 8 with ``behind_router_gate`` off was best (26 of 30, 1.72x against
+            1.62x; docs/results/2026-12-04-checks-behind.md).
+        behind_router_gate: ``heisd_behind``: whether only steps the router gives to
+            retrieval (F above its threshold) may run unverified, as in ``heisd``. False: any
+            step once the router's window is full, the check behind catching a wrong action
+            within a step (validation as above).
         follow_window: how many steps ahead in the followed demonstration a retrieved point
             may be (1: only its next point; more lets an arm faster than it catch up).
         follow_min_similarity: the demonstration's next point must be retrieved at least
@@ -67,7 +74,8 @@ class UnverifiedConfig:
 
     max_run: int = 2
     paper_max_run: int = 2
-    behind_max_run: int = 4
+    behind_max_run: int = 8
+    behind_router_gate: bool = False
     follow_window: int = 2
     follow_min_similarity: float = 0.90
     follow_drift_m: float = 0.01
