@@ -57,7 +57,7 @@ def test_rviz_problem_names_what_is_missing(tmp_path, monkeypatch):
 
     monkeypatch.delenv("ROS_DISTRO", raising=False)
     missing = graph.rviz_problem(find_prefix=not_installed)
-    assert "apt-get install ros-$ROS_DISTRO-rviz2" in missing
+    assert "$ROS_DISTRO" not in missing and "apt-get install ros-" in missing
     # the package is registered, but its executable is not there
     broken = graph.rviz_problem(find_prefix=lambda name: str(tmp_path), distro="kilted")
     assert f"{tmp_path}/lib/rviz2/rviz2 is not an executable file" in broken
@@ -108,3 +108,17 @@ def test_auto_reset_argument(monkeypatch):
     with pytest.raises(ValueError, match="auto_reset"):
         description[-1].kwargs["function"](None)
     assert launched == []
+
+
+def test_rviz_package_names_the_distro_or_how_to_find_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("ROS_DISTRO", raising=False)
+    ros = tmp_path / "ros"
+    assert "nothing under" in graph.rviz_package(ros_root=ros)   # no ROS 2 under /opt/ros
+    (ros / "jazzy").mkdir(parents=True)
+    assert graph.rviz_package(ros_root=ros) == "ros-jazzy-rviz2"
+    (ros / "humble").mkdir()
+    both = graph.rviz_package(ros_root=ros)
+    assert both.startswith("ros-<distro>-rviz2") and "installed here: humble, jazzy" in both
+    assert "$" not in both
+    monkeypatch.setenv("ROS_DISTRO", "kilted")
+    assert graph.rviz_package(ros_root=ros) == "ros-kilted-rviz2"

@@ -69,7 +69,7 @@ class CheckVerdict:
 
 
 def check_action(target, state, candidate_bins, rule: AcceptanceRule, step_index: int = -1,
-                 rule_name: str = "", stream=None) -> CheckVerdict:
+                 rule_name: str = "", stream=None, ready=None) -> CheckVerdict:
     """Verify the executed ``candidate_bins`` in one target forward.
 
     Args:
@@ -81,6 +81,8 @@ def check_action(target, state, candidate_bins, rule: AcceptanceRule, step_index
         step_index: the executed step's index in its episode (carried into the verdict).
         rule_name: the rule that let it run unverified (likewise).
         stream: a CUDA stream to run on (None: the current one).
+        ready: a CUDA event recorded on the deciding thread's stream after ``state`` was
+            made; the check's stream waits for it (None: no wait).
     """
     started, cpu_started = time.perf_counter(), time.thread_time()
     bins = np.asarray(candidate_bins, dtype=np.int64).reshape(ACTION_DIM)
@@ -88,6 +90,8 @@ def check_action(target, state, candidate_bins, rule: AcceptanceRule, step_index
     if stream is not None:
         import torch
 
+        if ready is not None:   # the prefix and state come from the deciding thread's stream
+            stream.wait_event(ready)
         with torch.cuda.stream(stream):
             out = target.forward(state, tree)
             target_bins = target.target_bins(out, 0, state.gripper_closed)
@@ -138,9 +142,15 @@ class BehindChecker:
 
                 self._stream = torch.cuda.Stream(device=self.target.device)
         state = self.target.start(prefix, gripper_closed)
+        ready = None
+        if self._stream is not None:
+            import torch
+
+            ready = torch.cuda.Event()
+            ready.record()
         bins = np.array(candidate_bins, dtype=np.int64)
         self._pending = self._pool.submit(check_action, self.target, state, bins, self.rule,
-                                          step_index, rule_name, self._stream)
+                                          step_index, rule_name, self._stream, ready)
         self.started += 1
 
     def collect(self) -> tuple[CheckVerdict | None, float]:

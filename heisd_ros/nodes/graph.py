@@ -242,6 +242,26 @@ def write_params_file(path: Path, node_name: str, overrides: dict,
     return path
 
 
+def rviz_package(distro: str | None = None, ros_root: str | Path = "/opt/ros") -> str:
+    """The apt package of rviz2 for the install hint, named for this machine's ROS 2.
+
+    ``distro`` (default ``$ROS_DISTRO``) names it; else the one distribution installed under
+    ``ros_root``; else a placeholder with how to find the name (never a literal
+    ``$ROS_DISTRO``, which an unset variable would print as is).
+    """
+    distro = distro if distro is not None else os.environ.get("ROS_DISTRO", "")
+    if distro:
+        return f"ros-{distro}-rviz2"
+    root = Path(ros_root)
+    installed = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if len(installed) == 1:
+        return f"ros-{installed[0]}-rviz2"
+    found = (f"installed here: {', '.join(installed)}" if installed
+             else f"nothing under {root}")
+    return (f"ros-<distro>-rviz2, <distro> being your ROS 2 release such as humble or jazzy "
+            f"(ROS_DISTRO is unset; {found})")
+
+
 def rviz_problem(find_prefix: Callable[[str], str] | None = None,
                  distro: str | None = None) -> str:
     """Why ``rviz:=true`` cannot start rviz2 on this machine; "" if it can.
@@ -255,10 +275,10 @@ def rviz_problem(find_prefix: Callable[[str], str] | None = None,
         find_prefix: package name -> install prefix, raising LookupError (ament_index's
             PackageNotFoundError is one) when it is not installed; default: ament_index's
             ``get_package_prefix``.
-        distro: ROS 2 distribution for the install hint; default: ``$ROS_DISTRO``.
+        distro: ROS 2 distribution for the install hint; default: ``$ROS_DISTRO`` (see
+            :func:`rviz_package`).
     """
-    distro = distro if distro is not None else os.environ.get("ROS_DISTRO", "")
-    package = f"ros-{distro}-rviz2" if distro else "ros-$ROS_DISTRO-rviz2"
+    package = rviz_package(distro)
     hint = (f"install it (sudo apt-get install {package}) and source the ROS 2 setup again, "
             f"or launch with rviz:=false; no node was started")
     if find_prefix is None:
