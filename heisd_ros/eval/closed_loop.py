@@ -167,16 +167,16 @@ def checks_rows(suites: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
                 continue
             rules = ", ".join(f"{r} {e['rejected']}/{e['checks']}"
                               for r, e in c["behind_by_rule"].items())
-            rate = c["behind_rejection_rate"]
-            diff = c["rejected_bin_difference"]
+            rate, diff, cpu = (c["behind_rejection_rate"], c["rejected_bin_difference"],
+                               s["cpu_ms_per_action"])
             rows.append([
                 suite, name, f"{s['latency']['mean_ms']:.1f}",
-                f"{s['vla_forwards_per_action']:.2f}", f"{s['cpu_ms_per_action']:.1f}",
+                f"{s['vla_forwards_per_action']:.2f}", "-" if cpu is None else f"{cpu:.1f}",
                 f"{c['checked_share']:.1%}",
                 f"{c['checked_behind']}/{c['checked_behind'] + c['unchecked']}",
-                "-" if rate != rate else f"{rate:.1%} ({rules})",
-                "-" if rate != rate else " / ".join(str(n) for n in c["rejected_at"].values()),
-                "-" if diff["mean"] != diff["mean"] else f"{diff['mean']:.1f} / {diff['max']}",
+                "-" if rate is None else f"{rate:.1%} ({rules})",
+                "-" if rate is None else " / ".join(str(n) for n in c["rejected_at"].values()),
+                "-" if diff["mean"] is None else f"{diff['mean']:.1f} / {diff['max']}",
                 f"{c['waited']}/{c['collected']}"
                 + (f" ({c['wait_ms_mean']:.1f} ms)" if c["waited"] else "")])
     return header, rows

@@ -128,7 +128,8 @@ def checks_summary(episodes: Sequence[Sequence[dict]]) -> dict:
     ``waited`` (collected checks the next step had to wait for, > 0.1 ms) and
     ``wait_ms_mean`` over those; and the honest costs per action: ``vla_forwards_per_action``
     (target forwards including checks behind) and ``cpu_ms_per_action`` (CPU time of the
-    deciding thread plus the check's thread; NaN when steps carry no ``cpu_ms``).
+    deciding thread plus the check's thread). None where there is nothing to average (JSON
+    keeps it; NaN would not compare equal after a round trip).
     """
     steps = [s for episode in episodes for s in episode]
     if not steps:
@@ -160,16 +161,15 @@ def checks_summary(episodes: Sequence[Sequence[dict]]) -> dict:
         "actions": len(steps), "verified_before": verified, "checked_behind": checked_behind,
         "unchecked": len(skipped) - checked_behind,
         "checked_share": (verified + checked_behind) / len(steps),
-        "behind_rejection_rate": len(rejected) / len(behind) if behind else float("nan"),
+        "behind_rejection_rate": len(rejected) / len(behind) if behind else None,
         "behind_by_rule": dict(sorted(by_rule.items())),
-        "rejected_bin_difference": {"mean": float(np.mean(rejected)) if rejected
-                                    else float("nan"),
+        "rejected_bin_difference": {"mean": float(np.mean(rejected)) if rejected else None,
                                     "max": int(max(rejected)) if rejected else 0},
         "rejected_at": at,
         "collected": len(waits), "waited": len(waited),
         "wait_ms_mean": float(np.mean(waited)) if waited else 0.0},
         "vla_forwards_per_action": float(np.mean(forwards)),
-        "cpu_ms_per_action": float(np.mean(cpu)) if cpu else float("nan")}
+        "cpu_ms_per_action": float(np.mean(cpu)) if cpu else None}
 
 
 def stage_breakdown(steps: Sequence[dict]) -> dict[str, float]:

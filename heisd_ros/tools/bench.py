@@ -80,9 +80,10 @@ def format_table(summary: dict[str, dict]) -> str:
 
 
 #: ``decode``'s methods by default: the non-hybrid ones; with --db also the hybrid ones but
-#: ``heisd_ar`` (ask for it with --methods).
+#: ``heisd_ar`` and ``heisd_behind`` (ask for them with --methods; the latter's background
+#: check would overlap the next method's timed decode of the same observation).
 DEFAULT_METHODS = tuple(m for m in METHOD_NAMES if m not in HYBRID_METHODS)
-DEFAULT_DB_METHODS = tuple(m for m in HYBRID_METHODS if m != "heisd_ar")
+DEFAULT_DB_METHODS = tuple(m for m in HYBRID_METHODS if m not in ("heisd_ar", "heisd_behind"))
 
 
 def decode_methods(args) -> list[str]:
