@@ -102,7 +102,11 @@ def test_oversized_and_nan_commands_are_limited_or_rejected():
 
 
 def test_arm_waits_while_the_gripper_closes_then_continues():
-    with controller_on_emulated_arm(gripper_speed_m_s=0.05) as (emu, ctl):
+    # The closing must end by REACHED: a loaded machine that delays the emulator's feedback
+    # past the default 0.3 s stall window (or 3 s timeout) must not end it early here (stalls
+    # and timeouts have tests of their own).
+    patient = GripperConfig(stall_window_s=1.0, timeout_s=10.0)
+    with controller_on_emulated_arm(gripper=patient, gripper_speed_m_s=0.05) as (emu, ctl):
         step = Steps()
         first = ctl.step(step(dp=(0.0, 0.0, 0.01), gripper=CLOSED), time.monotonic())
         assert first.sent is not None and first.gripper == OPEN  # hysteresis: 1 of 2
@@ -122,8 +126,8 @@ def test_arm_waits_while_the_gripper_closes_then_continues():
         assert wait_until(lambda: ctl.tick(time.monotonic()).status == ControllerStatus.RUNNING)
         # Done within the settle tolerance of the width it read (CAN reports whole micrometres).
         settle_m = ctl.gripper.config.settle_tolerance_m
-        assert emu.state().gripper_width_m <= settle_m + 1e-6
         assert ctl.gripper.last_done_reason == DoneReason.REACHED
+        assert emu.state().gripper_width_m <= settle_m + 1e-6
         assert allclose(emu.state().ee_position_m, parked, atol=1e-6)  # did not move meanwhile
 
         moved = ctl.step(step(dp=(0.01, 0.0, 0.0), gripper=CLOSED), time.monotonic())
