@@ -135,7 +135,6 @@ def test_a_failing_check_reaches_the_step_that_collects_it(tiny_trained_vla):
     checker.start(vla.encode(obs), None, np.full(8, 3), 0, "follow")   # 8 bins: not an action
     with pytest.raises(ValueError):
         checker.collect()
-    checker.close()
 
 
 def test_behind_max_run_is_checked():

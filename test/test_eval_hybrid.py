@@ -19,6 +19,7 @@ from heisd_ros.data.rosbag_io import read_bag_messages  # noqa: E402
 from heisd_ros.eval.recording import TOPIC_HYBRID_STEP, make_recording_typestore  # noqa: E402
 from heisd_ros.tools import eval as eval_tool  # noqa: E402
 from heisd_ros.tools import record, replay  # noqa: E402
+from test.test_hybrid_helpers import route_all_calibration  # noqa: E402
 
 SUITE, TASK, SIZE = "piper_goal", "red_block_on_plate", "32"
 
@@ -49,13 +50,7 @@ def test_record_replay_eval_with_hybrid_methods(setup, tmp_path, capsys):
     common = ["--target", target, "--db", db]
     # Router threshold 0: every step with a full router window drafts from the DB, whatever
     # the random model's motion (skip threshold 1: verification is never skipped).
-    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
-
-    always = VerifySkipCalibration(
-        skip_threshold=1.0, router_threshold=0.0, precision_target=0.95,
-        skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
-        hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0).save(
-            tmp_path / "always_retrieve.json")
+    always = route_all_calibration(tmp_path / "always_retrieve.json", skip_threshold=1.0)
     assert record.main(["--suite", SUITE, "--task", TASK, "--policy", "heisd", "--max-steps",
                         "4", "--image-size", SIZE, "--out", str(tmp_path / "bags"),
                         "--calibration", str(always), *common]) == 0
@@ -91,16 +86,11 @@ def test_router_method_without_router_stats_is_a_clean_error(setup, capsys):
 
 def test_a_saved_job_reads_back_to_the_same_summary(setup, tmp_path):
     """What an interrupted heisd-eval keeps of a finished task gives the same table."""
-    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
     from heisd_ros.eval.closed_loop import summarise_by_suite
     from heisd_ros.eval.job_results import JobResults
 
     _, target, db = setup
-    always = VerifySkipCalibration(
-        skip_threshold=0.0, router_threshold=0.0, precision_target=0.95,
-        skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
-        hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0).save(
-            tmp_path / "always_retrieve.json")
+    always = route_all_calibration(tmp_path / "always_retrieve.json", skip_threshold=0.0)
     args = eval_tool.build_parser().parse_args([
         "--suites", SUITE, "--tasks", TASK, "--episodes", "1", "--max-steps", "6",
         "--image-size", SIZE, "--methods", "ar", "heisd", "--target", target, "--db", db,
@@ -119,15 +109,9 @@ def test_a_saved_job_reads_back_to_the_same_summary(setup, tmp_path):
 
 def test_checks_behind_through_record_replay_and_eval(setup, tmp_path, capsys):
     """heisd_behind in every front end: each unverified action is checked, the counts say so."""
-    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
-
     _, target, db = setup
     common = ["--target", target, "--db", db]
-    skip_all = VerifySkipCalibration(
-        skip_threshold=0.0, router_threshold=0.0, precision_target=0.95,
-        skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
-        hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0).save(
-            tmp_path / "skip_all.json")
+    skip_all = route_all_calibration(tmp_path / "skip_all.json", skip_threshold=0.0)
     common += ["--calibration", str(skip_all), "--skip-threshold", "0.0"]
     assert record.main(["--suite", SUITE, "--task", TASK, "--policy", "heisd_behind",
                         "--max-steps", "8", "--image-size", SIZE,

@@ -59,3 +59,18 @@ def raising(_embedding):
 
 def ar_bins(vla, obs) -> np.ndarray:
     return ActionDecoder(vla).decode(obs).bins
+
+
+def route_all_calibration(path, skip_threshold: float, precision_target: float = 0.95,
+                          notes: str = ""):
+    """Save a calibration with router threshold 0 (every full-window step goes to retrieval).
+
+    ``skip_threshold``: 1.0 never skips verification by similarity, 0.0 always may.
+    Returns ``path``.
+    """
+    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
+
+    return VerifySkipCalibration(
+        skip_threshold=skip_threshold, router_threshold=0.0, precision_target=precision_target,
+        skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
+        hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0, notes=notes).save(path)

@@ -40,6 +40,7 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 
 from heisd_ros.decoding.methods import METHODS  # noqa: E402
 from heisd_ros.testing.domains import allocate_domain, release_domain  # noqa: E402
+from test.test_hybrid_helpers import route_all_calibration  # noqa: E402
 from test.test_node_policy import tiny_models  # noqa: E402
 
 EECommand, HybridStep = hmsg.EECommand, hmsg.HybridStep
@@ -58,7 +59,6 @@ def build_db(path: Path, vla_path: str) -> None:
     stored demonstration's EE path, and (test only) a calibration that routes every step
     with a full window to retrieval and never skips verification.
     """
-    from heisd_ros.calibration.verify_skip import VerifySkipCalibration
     from heisd_ros.data.observation import Observation
     from heisd_ros.kinematics.router import RouterStats
     from heisd_ros.models.checkpoint import load_small_vla
@@ -82,16 +82,10 @@ def build_db(path: Path, vla_path: str) -> None:
         store.finalize()
     RouterStats.fit([ee_path_m], window=ROUTER_WINDOW, suite=SUITE).save(
         path / f"router_stats_{SUITE}.json")
-    VerifySkipCalibration(skip_threshold=1.0, router_threshold=0.0, precision_target=0.9,
-                          skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
-                          hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0,
-                          notes="test: always route to retrieval, never skip").save(
-        path / "calibration.json")
-    VerifySkipCalibration(skip_threshold=0.0, router_threshold=0.0, precision_target=0.9,
-                          skip_precision=float("nan"), skip_support=0, skip_rate=0.0,
-                          hidden_similarity_threshold=1.0, n_held_out_steps=0, n_pairs=0,
-                          notes="test: always route to retrieval, skip when the rules allow").save(
-        path / "calibration_skip.json")
+    route_all_calibration(path / "calibration.json", 1.0, precision_target=0.9,
+                          notes="test: always route to retrieval, never skip")
+    route_all_calibration(path / "calibration_skip.json", 0.0, precision_target=0.9,
+                          notes="test: always route to retrieval, skip when the rules allow")
 
 
 class NodeProcess:

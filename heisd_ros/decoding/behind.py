@@ -118,8 +118,8 @@ class BehindChecker:
         self._pool: ThreadPoolExecutor | None = None
         self._pending: Future | None = None
         self._stream = None
-        #: Checks started, and how many of the collected ones the step had to wait for.
-        self.started = self.waited = 0
+        #: Checks started so far.
+        self.started = 0
 
     @property
     def pending(self) -> bool:
@@ -162,15 +162,5 @@ class BehindChecker:
             return None, 0.0
         future, self._pending = self._pending, None
         started = time.perf_counter()
-        done = future.done()
         verdict = future.result()
-        if not done:
-            self.waited += 1
         return verdict, (time.perf_counter() - started) * 1e3
-
-    def close(self) -> None:
-        """Drop a pending check and stop the thread."""
-        self._pending = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None

@@ -352,16 +352,6 @@ class HybridDecoder:
         """Checks behind started so far (``heisd_behind``)."""
         return self._checker.started if self._checker is not None else 0
 
-    @property
-    def checks_waited(self) -> int:
-        """Collected checks a step had to wait for (still running when it needed them)."""
-        return self._checker.waited if self._checker is not None else 0
-
-    def close(self) -> None:
-        """Stop the background check thread (``heisd_behind``); a pending check is dropped."""
-        if self._checker is not None:
-            self._checker.close()
-
     def episode_end(self, success: bool) -> float:
         """Adapt the skip threshold to the episode's outcome; returns the new threshold."""
         lo, hi = self.config.skip_bounds

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from heisd_ros.actions.groups import ACTION_GROUPS, group_of_dim
+
 #: Normal quantile of a two-sided 95% interval.
 Z_95 = 1.959963984540054
 
@@ -124,7 +126,8 @@ def checks_summary(episodes: Sequence[Sequence[dict]]) -> dict:
     (``behind_by_rule``: {rule: {checks, rejected, rejection_rate}}),
     ``rejected_bin_difference`` (mean and max sum of |bin differences| of rejected actions),
     ``rejected_at`` (rejections by the group of their first refused dimension: position,
-    rotation, gripper; a gripper rejection means the target would have changed the gripper),
+    rotation, gripper; the rules keep the executed gripper state, so a gripper rejection is
+    another bin of that state or the target wanting the gripper to change),
     ``waited`` (collected checks the next step had to wait for, > 0.1 ms) and
     ``wait_ms_mean`` over those; and the honest costs per action: ``vla_forwards_per_action``
     (target forwards including checks behind) and ``cpu_ms_per_action`` (CPU time of the
@@ -143,12 +146,11 @@ def checks_summary(episodes: Sequence[Sequence[dict]]) -> dict:
         entry["rejected"] += int(not check["confirmed"])
     for entry in by_rule.values():
         entry["rejection_rate"] = entry["rejected"] / entry["checks"]
-    rejected = [c["bin_difference"] for c in behind if not c["confirmed"]]
-    at = {"position": 0, "rotation": 0, "gripper": 0}
-    for c in behind:
-        if not c["confirmed"]:
-            dim = int(c.get("first_rejected_dim", -1))
-            at["position" if 0 <= dim < 3 else "rotation" if 3 <= dim < 6 else "gripper"] += 1
+    refused = [c for c in behind if not c["confirmed"]]
+    rejected = [c["bin_difference"] for c in refused]
+    at = dict.fromkeys(ACTION_GROUPS, 0)
+    for c in refused:
+        at[group_of_dim(int(c["first_rejected_dim"]))] += 1
     waits = [float((s.get("hybrid") or {}).get("behind_wait_ms") or 0.0) for s in steps
              if (s.get("hybrid") or {}).get("behind_result")]
     waited = [w for w in waits if w > 0.1]
