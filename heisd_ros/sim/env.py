@@ -87,6 +87,10 @@ class PiperSimEnv:
         self._gripper_bodies = {self._id(mujoco.mjtObj.mjOBJ_BODY, n)
                                 for n in ("finger_left", "finger_right", "link6")}
         self._q_target = _READY_Q_SEED_RAD.copy()
+        # The joint ramp towards _q_target: from _q_from over _ramp_steps physics steps, of
+        # which _ramp_done have run (then the target is held).
+        self._q_from = self._q_target.copy()
+        self._ramp_steps = self._ramp_done = 1
         self._cmd_pos = np.zeros(3)
         self._cmd_rot = np.eye(3)
         self._gripper_width_cmd = GRIPPER_RANGE_M[1]
@@ -114,7 +118,8 @@ class PiperSimEnv:
         rot = tool_down_rotation((0.0, 1.0), (1.0, 0.0), TOOL_TILT_RAD)
         q = self._ik.solve(start, rot, _READY_Q_SEED_RAD).q_rad
         self.data.qpos[:6] = q
-        self._q_target = q.copy()
+        self._q_target, self._q_from = q.copy(), q.copy()
+        self._ramp_steps = self._ramp_done = 1
         self._cmd_pos, self._cmd_rot = self._ik.forward(q)
         self._gripper_width_cmd = GRIPPER_RANGE_M[1]
         self._apply_ctrl(q, self._gripper_width_cmd)
@@ -126,6 +131,19 @@ class PiperSimEnv:
 
     def step(self, action: np.ndarray) -> StepResult:
         """Execute one 7-DoF delta command for one control period."""
+        target_pos, target_rot, width, limits = self._delta_target(action)
+        return self._execute(target_pos, target_rot, width, limits)
+
+    def command_delta(self, action: np.ndarray) -> tuple[str, ...]:
+        """Take one 7-DoF delta command as the new target without running physics (real time).
+
+        The delta is relative to the commanded pose, as in :meth:`step`; :meth:`advance` then
+        moves the arm. Returns the limits that changed it.
+        """
+        return self._command(*self._delta_target(action))
+
+    def _delta_target(self, action: np.ndarray):
+        """(target position, target rotation, gripper width, limits) of a delta command."""
         cfg = self.config
         act = check_action(action)  # NaN/inf or a wrong shape raise here, naming the problem
         d_pos = np.clip(act[:3], -cfg.max_step_translation_m, cfg.max_step_translation_m)
@@ -138,8 +156,7 @@ class PiperSimEnv:
             limits.append(f"step rotation: {np.round(act[3:6], 4).tolist()} rad clamped to "
                           f"+-{cfg.max_step_rotation_rad} rad per axis")
         width = 0.0 if act[6] >= GRIPPER_CLOSED_THRESHOLD else GRIPPER_RANGE_M[1]
-        return self._execute(self._cmd_pos + d_pos, rpy_to_matrix(d_rot) @ self._cmd_rot, width,
-                             limits)
+        return self._cmd_pos + d_pos, rpy_to_matrix(d_rot) @ self._cmd_rot, width, limits
 
     def move_to(self, position_m: np.ndarray, rpy_rad: np.ndarray,
                 gripper_width_m: float | None = None) -> StepResult:
@@ -151,8 +168,36 @@ class PiperSimEnv:
         width = self._gripper_width_cmd if gripper_width_m is None else float(gripper_width_m)
         return self._execute(np.asarray(position_m, float), rpy_to_matrix(rpy_rad), width)
 
+    def command(self, position_m: np.ndarray, rpy_rad: np.ndarray,
+                gripper_width_m: float | None = None) -> tuple[str, ...]:
+        """Take an absolute flange target (base frame) without running physics (real time).
+
+        The joints ramp to it from where they are being driven now over the same share of a
+        control period as in :meth:`move_to`, while :meth:`advance` runs; a newer target
+        replaces it mid-ramp. Returns the limits that changed it (see ``StepResult.limits``).
+        """
+        width = self._gripper_width_cmd if gripper_width_m is None else float(gripper_width_m)
+        return self._command(np.asarray(position_m, float), rpy_to_matrix(rpy_rad), width)
+
+    def advance(self, substeps: int) -> None:
+        """Run ``substeps`` physics steps towards the current target (real time)."""
+        for _ in range(int(substeps)):
+            self._ramp_done += 1
+            alpha = min(1.0, self._ramp_done / self._ramp_steps)
+            self._apply_ctrl(self._q_from + alpha * (self._q_target - self._q_from),
+                             self._gripper_width_cmd)
+            mujoco.mj_step(self.model, self.data)
+
     def _execute(self, target_pos: np.ndarray, target_rot: np.ndarray,
                  width_m: float, limits: list[str] | None = None) -> StepResult:
+        limits = self._command(target_pos, target_rot, width_m, limits)
+        self.advance(self.config.substeps)
+        self.step_index += 1
+        return StepResult(self.observe(), self.robot_state(), self.success(), limits)
+
+    def _command(self, target_pos: np.ndarray, target_rot: np.ndarray,
+                 width_m: float, limits: list[str] | None = None) -> tuple[str, ...]:
+        """Solve and take a target: the new ramp starts where the joints are driven now."""
         cfg = self.config
         limits = list(limits or ())
         wanted = np.asarray(target_pos, float)
@@ -170,15 +215,19 @@ class PiperSimEnv:
         # The commanded pose is what the arm can reach: no wind-up against a wall or a limit.
         self._cmd_pos, self._cmd_rot = self._ik.forward(q_new)
         self._gripper_width_cmd = float(np.clip(width_m, *GRIPPER_RANGE_M))
-        q_old, n = self._q_target, cfg.substeps
-        ramp_steps = max(1, int(round(n * (1.0 - cfg.settle_fraction))))
-        for i in range(n):
-            alpha = min(1.0, (i + 1) / ramp_steps)
-            self._apply_ctrl(q_old + alpha * (q_new - q_old), self._gripper_width_cmd)
-            mujoco.mj_step(self.model, self.data)
+        # A finished ramp starts from its target exactly, so lockstep steps are unchanged.
+        self._q_from = self._joint_drive()
         self._q_target = q_new
-        self.step_index += 1
-        return StepResult(self.observe(), self.robot_state(), self.success(), tuple(limits))
+        self._ramp_steps = max(1, int(round(cfg.substeps * (1.0 - cfg.settle_fraction))))
+        self._ramp_done = 0
+        return tuple(limits)
+
+    def _joint_drive(self) -> np.ndarray:
+        """The joint targets the servos are driven to now (on the ramp, or its end)."""
+        if self._ramp_done >= self._ramp_steps:
+            return self._q_target
+        alpha = self._ramp_done / self._ramp_steps
+        return self._q_from + alpha * (self._q_target - self._q_from)
 
     def observe(self) -> Observation:
         """Both camera images, the instruction and proprio [ee_pos_m, ee_rpy_rad, width_m]."""

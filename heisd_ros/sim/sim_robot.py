@@ -2,10 +2,14 @@
 
 With this adapter the sim node drives the simulated arm through the same
 :class:`~heisd_ros.robot.controller.RobotController` (safety filter, strict gripper) as the
-PIPER driver drives the real one. The sim is *command driven*: each ``act`` or ``hold`` runs
-one control period of physics (``SimConfig.control_rate_hz``), so holding while the gripper
-closes lets the gripper move, and nothing moves between commands. Times are simulation
-seconds (``MjData.time``), which the controller's clock must use too (:meth:`now_s`).
+PIPER driver drives the real one. By default the sim is *command driven* (lockstep): each
+``act`` or ``hold`` runs one control period of physics (``SimConfig.control_rate_hz``), so
+holding while the gripper closes lets the gripper move, and nothing moves between commands.
+With ``realtime=True`` ``act`` only hands the target to the arm's joint servos
+(:meth:`PiperSimEnv.command`) and ``hold`` does nothing: the owner runs physics with the clock
+(:meth:`PiperSimEnv.advance`), as a real PIPER tracks its latest target whether or not a
+command comes. Times are simulation seconds (``MjData.time``), which the controller's clock
+must use too (:meth:`now_s`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from heisd_ros.sim.env import PiperSimEnv, StepResult
 class SimRobot(Robot):
     """A :class:`PiperSimEnv` as a :class:`Robot` (see the module docstring)."""
 
-    def __init__(self, env: PiperSimEnv) -> None:
+    def __init__(self, env: PiperSimEnv, realtime: bool = False) -> None:
         self.env = env
+        self.realtime = realtime
+        #: Limits that changed the last real-time target (``StepResult.limits``).
+        self.last_limits: tuple[str, ...] = ()
         self._connected = False
         self._enabled = True  # the simulated motors are on; disable() turns them off
         self._estopped = False
@@ -72,12 +79,22 @@ class SimRobot(Robot):
         self._run(target)
 
     def hold(self) -> None:
-        """Run one control period at the last target (lets a moving gripper finish)."""
+        """Run one control period at the last target (lets a moving gripper finish).
+
+        In real time the servos already hold the last target while physics runs: nothing to do.
+        """
+        if self.realtime:
+            return
         if self._target is None or not self._connected or self._estopped or not self._enabled:
             return
         self._run(EETarget(self._target.position_m, self._target.rpy_rad))
 
     def _run(self, target: EETarget) -> None:
+        if self.realtime:
+            self.last_limits = self.env.command(np.asarray(target.position_m),
+                                                np.asarray(target.rpy_rad),
+                                                target.gripper_width_m)
+            return
         self.last_step = self.env.move_to(np.asarray(target.position_m),
                                           np.asarray(target.rpy_rad), target.gripper_width_m)
         self.steps += 1
