@@ -5,6 +5,8 @@ Latencies are made exact with a fake wall clock that the test policies advance.
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
 from fractions import Fraction
 
@@ -16,6 +18,7 @@ from heisd_ros.sim.env import PiperSimEnv
 from heisd_ros.sim.expert import ScriptedExpert
 from heisd_ros.sim.runner import RealTime, run_episodes
 from heisd_ros.sim.suites import get_task
+from heisd_ros.tools import eval as eval_tool
 
 FAST = SimConfig(render=False)
 SUITE, TASK = "piper_goal", "red_block_on_plate"
@@ -175,3 +178,83 @@ def test_real_time_settings_are_checked(value):
 def test_run_episodes_refuses_a_realtime_that_is_not_one():
     with pytest.raises(ValueError, match="realtime: expected a RealTime"):
         run_episodes(lambda o: np.zeros(7), SUITE, TASK, 1, 0, 2, config=FAST, realtime=2.0)
+
+
+def test_eval_refuses_real_time_options_without_real_time(capsys):
+    common = ["--suites", SUITE, "--tasks", TASK, "--episodes", "1", "--max-steps", "2"]
+    assert eval_tool.main([*common, "--time-scale", "2"]) == 2
+    assert "--time-scale: only with --real-time" in capsys.readouterr().err
+    assert eval_tool.main([*common, "--camera-rate-hz", "15"]) == 2
+    assert "--camera-rate-hz: only with --real-time" in capsys.readouterr().err
+    assert eval_tool.main([*common, "--real-time", "--time-scale", "0"]) == 2
+    assert "--time-scale: time_scale: expected a finite number > 0" in capsys.readouterr().err
+    assert eval_tool.main([*common, "--real-time", "--camera-rate-hz", "nan"]) == 2
+    assert "--camera-rate-hz: camera_rate_hz" in capsys.readouterr().err
+
+
+def test_eval_refuses_to_resume_a_run_of_the_other_timing(tmp_path, capsys):
+    from heisd_ros.eval.job_results import JobResults
+
+    out = tmp_path / "e.json"
+    JobResults(out, "an earlier run").save(TASK, [], {"timing": {"mode": "lockstep"}})
+    code = eval_tool.main(["--suites", SUITE, "--tasks", TASK, "--episodes", "1",
+                           "--max-steps", "2", "--real-time", "--json", str(out), "--resume"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--resume: the tasks kept in" in err and "ran in lockstep" in err
+    assert "this run is in real time (--time-scale 1.0, --camera-rate-hz 30.0)" in err
+
+
+def test_eval_end_to_end_in_real_time(tiny_target_path, tmp_path, capsys):
+    common = ["--suites", SUITE, "--tasks", TASK, "--episodes", "1", "--max-steps", "3",
+              "--image-size", "32", "--methods", "ar", "--target", tiny_target_path,
+              "--threads", "1"]
+    real, lock = tmp_path / "real", tmp_path / "lock"
+    assert eval_tool.main([*common, "--real-time", "--time-scale", "0.5", "--json",
+                           str(real / "e.json"), "--report", str(real)]) == 0, \
+        capsys.readouterr().err
+    assert "cmd/s" in capsys.readouterr().out
+    result = json.loads((real / "e.json").read_text())
+    assert result["timing"] == {"mode": "real_time", "time_scale": 0.5, "camera_rate_hz": 30.0}
+    cfg = result["config"]
+    assert cfg["real_time"] is True and cfg["time_scale"] == 0.5
+    (episode,) = result["episodes"]
+    assert 1 <= episode["commands"] == episode["steps"] <= 3
+    assert episode["world_time_s"] == pytest.approx(0.3) or episode["success"]
+    rt = result["suites"]["all"]["ar"]["real_time"]
+    assert rt["command_rate_hz"] == pytest.approx(episode["commands"]
+                                                  / episode["world_time_s"])
+    assert 0 < rt["command_age_ms"]["p50"] <= rt["command_age_ms"]["p99"]
+    assert 0.0 <= rt["late_share"] <= 1.0
+    assert rt["world_time_s_mean"] == episode["world_time_s"]
+    report = (real / "report.md").read_text()
+    assert "cmd age p99 ms" in report and "real_time: True" in report
+    assert "in real time at time scale 0.5" in report
+
+    assert eval_tool.main([*common, "--json", str(lock / "e.json"), "--report",
+                           str(lock)]) == 0
+    assert "cmd/s" not in capsys.readouterr().out
+    result = json.loads((lock / "e.json").read_text())
+    assert result["timing"] == {"mode": "lockstep"} and "real_time" not in result["config"]
+    assert "real_time" not in result["suites"]["all"]["ar"]
+    assert "world_time_s" not in result["episodes"][0]
+    report = (lock / "report.md").read_text()
+    assert "cmd" not in report and "real time" not in report
+
+
+def test_a_kept_part_records_its_timing(tiny_target_path, tmp_path, monkeypatch):
+    """The parts --resume reads carry the timing they ran with."""
+    from heisd_ros.eval import job_results
+
+    out = tmp_path / "e.json"
+    # keep the parts a finished run would delete
+    monkeypatch.setattr(job_results.JobResults, "clear", lambda self: None)
+    assert eval_tool.main(["--suites", SUITE, "--tasks", TASK, "--episodes", "1",
+                           "--max-steps", "2", "--image-size", "32", "--methods", "ar",
+                           "--target", tiny_target_path, "--threads", "1", "--real-time",
+                           "--camera-rate-hz", "15", "--json", str(out)]) == 0
+    with gzip.open(tmp_path / "e.json.parts" / f"{TASK}.json.gz", "rt") as f:
+        kept = json.load(f)
+    assert kept["desc"]["timing"] == {"mode": "real_time", "time_scale": 1.0,
+                                      "camera_rate_hz": 15.0}
+    assert kept["runs"][0]["commands"] >= 1

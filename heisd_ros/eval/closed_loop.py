@@ -32,11 +32,15 @@ class EpisodeRun:
     ee_positions_m: list[list[float]] = field(default_factory=list)
     #: How far the episode got with each goal object (``heisd_ros.sim.progress``).
     progress: dict[str, dict[str, bool]] = field(default_factory=dict)
+    #: Real time only (None in lockstep): world time the episode took (s), commands applied.
+    world_time_s: float | None = None
+    commands: int | None = None
 
 
 def run_interleaved_episodes(decoders: dict, tasks: Sequence[tuple[str, str]], episodes: int,
                              seed: int, max_steps: int | None = None, sim_config=None,
-                             progress: EpisodeCallback | None = None) -> list[EpisodeRun]:
+                             progress: EpisodeCallback | None = None,
+                             realtime=None) -> list[EpisodeRun]:
     """Every method on every task for ``episodes`` seeds ``seed, seed + 1, ...``.
 
     Args:
@@ -47,6 +51,9 @@ def run_interleaved_episodes(decoders: dict, tasks: Sequence[tuple[str, str]], e
         max_steps: step limit per episode (None = the task's own).
         sim_config: ``SimConfig`` of the simulator.
         progress: called after every episode of every method.
+        realtime: ``heisd_ros.sim.runner.RealTime`` to let the world move while a method
+            decides (its latency then costs world time); None runs lockstep. The progress
+            stages are then read at every command.
     """
     from heisd_ros.sim.env import PiperSimEnv
     from heisd_ros.sim.progress import EpisodeProgress
@@ -76,11 +83,13 @@ def run_interleaved_episodes(decoders: dict, tasks: Sequence[tuple[str, str]], e
                         positions.append(np.asarray(obs.proprio[:3], float).tolist())
 
                     result = run_episodes(policies[name], suite, task, 1, seed + i, max_steps,
-                                          observer=observe, env=env).episodes[0]
+                                          observer=observe, env=env,
+                                          realtime=realtime).episodes[0]
                     policies[name].end_episode(bool(result.success))
                     runs.append(EpisodeRun(suite, task, seed + i, name, bool(result.success),
                                            list(result.stats), positions,
-                                           tracker[0].result() if tracker else {}))
+                                           tracker[0].result() if tracker else {},
+                                           result.world_time_s, result.commands))
                     if progress is not None:
                         progress(suite, task, seed + i, name, bool(result.success))
     return runs
@@ -93,6 +102,9 @@ def summarise_runs(runs: Sequence[EpisodeRun], reference: str = "ar") -> dict[st
 
     ``first_goal_progress`` is the fraction of episodes whose first goal object was reached,
     grasped and lifted (``heisd_ros.sim.progress``): where a policy fails when SR is low.
+
+    Real-time runs (``world_time_s`` set) also get ``real_time``
+    (:func:`heisd_ros.eval.metrics.real_time_summary`).
     """
     by_method: dict[str, list[EpisodeRun]] = {}
     for r in runs:
@@ -115,6 +127,11 @@ def summarise_runs(runs: Sequence[EpisodeRun], reference: str = "ar") -> dict[st
                      "speedup_vs_ar_mean": metrics.speedup_mean(ms, ref_ms),
                      "first_goal_progress": metrics.first_goal_progress(
                          [r.progress for r in items])}
+        timed = [r for r in items if r.world_time_s is not None]
+        if timed:
+            out[name].update(metrics.real_time_summary(
+                [r.world_time_s for r in timed], [r.commands for r in timed],
+                [s for r in timed for s in r.steps]))
     return out
 
 
@@ -127,9 +144,17 @@ def summarise_by_suite(runs: Sequence[EpisodeRun]) -> dict[str, dict[str, dict]]
 
 
 def table_rows(summary: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of the evaluation table of one suite."""
+    """(header, rows) of the evaluation table of one suite.
+
+    Real-time runs get five more columns: commands per world second, the command age (world
+    ms from the decision's frame to the command) p50 and p99, the share of commands later
+    than a control period, and world seconds per episode.
+    """
     header = ["method", "SR [95% CI]", "speed-up", "mean speed-up", "AL", "fwd/action",
               "unverified", "longest run", "router share", "p50 ms", "mean ms", "p99 ms"]
+    timed = any("real_time" in s for s in summary.values())
+    if timed:
+        header += ["cmd/s", "cmd age p50 ms", "cmd age p99 ms", "late", "world s/ep"]
     rows = []
     for name, s in summary.items():
         lo, hi = s["sr_wilson95"]
@@ -143,7 +168,20 @@ def table_rows(summary: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
                      " ".join(f"{m}:{v:.2f}" for m, v in s.get("router_share", {}).items()),
                      f"{s['latency']['p50_ms']:.1f}", f"{s['latency']['mean_ms']:.1f}",
                      f"{s['latency']['p99_ms']:.1f}"])
+        if timed:
+            rows[-1] += _real_time_cells(s.get("real_time") or {})
     return header, rows
+
+
+def _real_time_cells(rt: dict) -> list[str]:
+    """The real-time columns of one method's row ("-" where there is nothing)."""
+    def cell(value, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
+    age = rt.get("command_age_ms") or {}
+    return [cell(rt.get("command_rate_hz"), ".2f"), cell(age.get("p50"), ".1f"),
+            cell(age.get("p99"), ".1f"), cell(rt.get("late_share"), ".1%"),
+            cell(rt.get("world_time_s_mean"), ".2f")]
 
 
 def checks_rows(suites: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
@@ -219,7 +257,9 @@ def write_eval_report(out_dir, result: dict, runs: Sequence[EpisodeRun]) -> dict
     for suite, summary in result["suites"].items():
         if suite == "all" and len(result["suites"]) == 2:
             continue  # one suite: "all" is the same table
-        sections.append((f"Suite {suite} (measured on this machine)",
+        timed = (f", in real time at time scale {cfg['time_scale']}"
+                 if cfg.get("real_time") else "")
+        sections.append((f"Suite {suite} (measured on this machine{timed})",
                          report.markdown_table(*table_rows(summary))))
     stage_rows = [[n, *(f"{v:.1f}" for v in s["stage_ms_median"].values())]
                   for n, s in overall.items() if s.get("stage_ms_median")]

@@ -15,6 +15,9 @@ Examples:
     heisd-eval --suites piper_goal --episodes 5 --methods ar heisd --db db_openvla \
         --model openvla --checkpoint ckpt/openvla-7b-ft --unnorm-key KEY \
         --drafter runs/drafter_openvla/draft_head.safetensors    # on a GPU
+    # the world moves while a method decides, so its latency costs world time; time scale 2
+    # runs the world twice as fast, as for methods twice as slow as on this machine
+    heisd-eval --suites piper_goal --episodes 5 --methods ar heisd --real-time --time-scale 2
 
 Needs MUJOCO_GL=egl (or glfw/osmesa) for rendering.
 """
@@ -47,6 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     p.add_argument("--max-steps", type=int, default=None, help="default: each task's limit")
     p.add_argument("--image-size", type=int, default=224, help="camera width = height, px")
+    p.add_argument("--real-time", action="store_true",
+                   help="the world moves while a method decides: a decision starts on a camera "
+                        "frame, its action lands after the method's latency, and the episode "
+                        "gets --max-steps control periods of world time (default: lockstep, "
+                        "the world waits)")
+    p.add_argument("--time-scale", type=float, default=None,
+                   help="with --real-time: world seconds per wall second of a decision "
+                        "(default 1.0; 2 emulates methods twice as slow)")
+    p.add_argument("--camera-rate-hz", type=float, default=None,
+                   help="with --real-time: camera frame rate decisions start on (default 30)")
     add_decoder_arguments(p, closed_loop=True)
     p.add_argument("--drafter-ms", type=float, default=1.0,
                    help="assumed draft-head forward cost on the projected GPU, ms")
@@ -120,6 +133,7 @@ def run(args):
         raise ValueError(f"--workers: expected >= 1, got {args.workers}")
     if args.resume and not args.json:
         raise ValueError("--resume needs --json: a run keeps its finished tasks next to it")
+    timing = _timing(args)
     jobs = _jobs(tasks, args.max_steps)
     store = JobResults(args.json, _fingerprint(args, methods, tasks)) if args.json else None
     if store is not None and not args.resume:
@@ -128,6 +142,8 @@ def run(args):
     for name, pairs in jobs:
         done = store.load(name) if args.resume else None
         if done is None:
+            if args.resume:
+                _check_kept_timing(store, name, timing)
             todo.append((name, pairs))
         else:
             runs += done[0]
@@ -141,8 +157,8 @@ def run(args):
         nonlocal desc
         runs.extend(job_runs)
         desc = desc or job_desc
-        if store is not None:
-            store.save(name, job_runs, job_desc)
+        if store is not None:   # the timing is kept with the part: --resume checks it
+            store.save(name, job_runs, {**job_desc, "timing": timing})
 
     # every finished episode moves the bar (a task of 5 methods x 20 episodes takes minutes)
     with tqdm(total=len(tasks) * args.episodes * len(methods), initial=len(runs),
@@ -172,13 +188,86 @@ def run(args):
               "retrieval_deadline_ms": (args.retrieval_deadline_ms
                                         if args.retrieval_deadline_ms is not None
                                         else RetrievalSourceConfig().deadline_s * 1e3)}
+    if timing["mode"] == "real_time":   # a lockstep config (and report) stays as it was
+        config.update(real_time=True, time_scale=timing["time_scale"],
+                      camera_rate_hz=timing["camera_rate_hz"])
     costs = ComponentCosts(drafter_forward_ms=args.drafter_ms)
-    result = {**desc, "config": config, "suites": suites,
+    desc = {k: v for k, v in desc.items() if k != "timing"}
+    result = {**desc, "timing": timing, "config": config, "suites": suites,
               "projection": project(suites["all"], costs),
-              "episodes": [{"suite": r.suite, "task": r.task, "seed": r.seed, "method": r.method,
-                            "success": r.success, "steps": len(r.steps), "progress": r.progress}
-                          for r in runs]}
+              "episodes": [_episode_entry(r) for r in runs]}
     return result, runs
+
+
+def _episode_entry(run) -> dict:
+    """One episode in the result JSON (real-time ones with their world time and commands)."""
+    entry = {"suite": run.suite, "task": run.task, "seed": run.seed, "method": run.method,
+             "success": run.success, "steps": len(run.steps), "progress": run.progress}
+    if run.world_time_s is not None:
+        entry.update(world_time_s=run.world_time_s, commands=run.commands)
+    return entry
+
+
+def _timing(args) -> dict:
+    """How the world's time runs: {"mode": "lockstep"} or real time with its settings.
+
+    Raises:
+        ValueError: --time-scale or --camera-rate-hz without --real-time, or a bad value.
+    """
+    if not args.real_time:
+        for option, value in (("--time-scale", args.time_scale),
+                              ("--camera-rate-hz", args.camera_rate_hz)):
+            if value is not None:
+                raise ValueError(f"{option}: only with --real-time (lockstep episodes wait "
+                                 f"for the method)")
+        return {"mode": "lockstep"}
+    from heisd_ros.sim.runner import RealTime
+
+    values = {"time_scale": 1.0 if args.time_scale is None else args.time_scale,
+              "camera_rate_hz": 30.0 if args.camera_rate_hz is None else args.camera_rate_hz}
+    try:
+        RealTime(**values)
+    except ValueError as err:
+        option = "--" + str(err).split(":", 1)[0].replace("_", "-")
+        raise ValueError(f"{option}: {err}") from err
+    return {"mode": "real_time", **values}
+
+
+def _realtime(args):
+    """The ``RealTime`` of the episodes, or None for lockstep."""
+    from heisd_ros.sim.runner import RealTime
+
+    timing = _timing(args)
+    if timing["mode"] == "lockstep":
+        return None
+    return RealTime(time_scale=timing["time_scale"], camera_rate_hz=timing["camera_rate_hz"])
+
+
+def _describe_timing(timing: dict) -> str:
+    if timing.get("mode") == "real_time":
+        return (f"in real time (--time-scale {timing['time_scale']}, --camera-rate-hz "
+                f"{timing['camera_rate_hz']})")
+    return "in lockstep"
+
+
+def _check_kept_timing(store, job: str, timing: dict) -> None:
+    """Refuse to resume next to a kept task that ran with other timing options.
+
+    Such a part would never be reused (its fingerprint differs), so the run would silently
+    start over; the mismatch is more likely a forgotten option.
+    """
+    import gzip
+    import json
+
+    try:
+        with gzip.open(store.path(job), "rt") as f:
+            kept = (json.load(f).get("desc") or {}).get("timing")
+    except (OSError, EOFError, ValueError):
+        return  # no part, or cut short: nothing to compare
+    if kept is not None and kept != timing:
+        raise ValueError(f"--resume: the tasks kept in {store.folder} ran "
+                         f"{_describe_timing(kept)}, this run is {_describe_timing(timing)}; "
+                         f"resume with the same options, or run without --resume to start over")
 
 
 def _run_jobs(args, methods, jobs, workers: int, finished, job_done) -> None:
@@ -218,6 +307,7 @@ def _run_tasks(args, methods, tasks, finished=None):
     from heisd_ros.sim.config import SimConfig
 
     sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
+    realtime = _realtime(args)
     ctx, desc = context_from_args(args, methods, warn=_warn, closed_loop=True)
 
     def progress(suite, task, seed, method, success):
@@ -233,7 +323,7 @@ def _run_tasks(args, methods, tasks, finished=None):
             decoders = {m: build_method(m, ctx) for m in methods}
             runs += run_interleaved_episodes(decoders, [p for p in tasks if p[0] == suite],
                                              args.episodes, args.seed, args.max_steps,
-                                             sim_config, progress)
+                                             sim_config, progress, realtime=realtime)
     finally:
         ctx.close()
     return runs, desc
@@ -262,9 +352,9 @@ def _fingerprint(args, methods, tasks) -> str:
     from heisd_ros.eval.job_results import run_fingerprint
 
     skip = {"json", "report", "resume", "workers", "curve", "curve_key", "suites", "tasks",
-            "methods"}
+            "methods", "real_time", "time_scale", "camera_rate_hz"}
     options = {k: v for k, v in vars(args).items() if k not in skip}
-    options.update(methods=methods, tasks=tasks)
+    options.update(methods=methods, tasks=tasks, timing=_timing(args))
     files = [getattr(args, k, None) for k in ("target", "drafter", "calibration", "router_stats",
                                                "vision_specs", "checkpoint")]
     return run_fingerprint(options, files)
