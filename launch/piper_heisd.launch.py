@@ -7,6 +7,8 @@ Examples::
         model:=/path/small_vla.safetensors db:=/path/heisd_db task:=red_block_on_plate
     ros2 launch heisd_ros piper_heisd.launch.py method:=ar rviz:=true  # AR baseline
     ros2 launch heisd_ros piper_heisd.launch.py auto_reset:=false     # one episode per ~/reset
+    ros2 launch heisd_ros piper_heisd.launch.py time_scale:=0.5       # the world at half speed
+    ros2 launch heisd_ros piper_heisd.launch.py sim_mode:=lockstep    # one sim step per command
     ros2 launch heisd_ros piper_heisd.launch.py sim:=false model_type:=openvla \
         checkpoint:=/path/openvla-7b-finetuned-libero-spatial unnorm_key:=libero_spatial \
         center_crop:=true drafter:=/path/draft_head.safetensors db:=/path/heisd_db
@@ -60,8 +62,9 @@ def _nodes(context):
 
     values = {name: LaunchConfiguration(name).perform(context) for name in LAUNCH_ARGUMENTS}
     # Everything that can refuse the launch is checked before the first node is created.
-    overrides = launch_overrides(values)
-    specs = nodes_for(parse_bool(values["sim"], "sim"))
+    sim = parse_bool(values["sim"], "sim")
+    overrides = launch_overrides(values, sim)
+    specs = nodes_for(sim)
     rviz = parse_bool(values["rviz"], "rviz")
     problem = rviz_problem() if rviz else ""
     if problem:

@@ -139,6 +139,26 @@ def test_arguments_become_the_right_parameters():
         graph.launch_overrides({"modle": "x"})
 
 
+def test_the_real_time_sim_paces_the_policy_at_its_control_period():
+    """Real time (the YAML's): the policy decides at most once per world control period.
+
+    On the wall clock; lockstep and the real arm leave the policy's period alone.
+    """
+    assert graph.launch_overrides({}, sim=True)["policy_node"] == {"min_period_s": 0.1}
+    slow = graph.launch_overrides({"time_scale": "0.5"}, sim=True)
+    assert slow["sim_node"] == {"time_scale": 0.5}
+    assert slow["policy_node"] == {"min_period_s": pytest.approx(0.2)}
+    lockstep = graph.launch_overrides({"sim_mode": "lockstep"}, sim=True)
+    assert lockstep["sim_node"] == {"mode": "lockstep"} and "policy_node" not in lockstep
+    assert "policy_node" not in graph.launch_overrides({}, sim=False)  # the real arm
+    for argument, bad, message in (("sim_mode", "fast", "sim_mode: unknown value 'fast'"),
+                                   ("time_scale", "0", "time_scale: expected a number > 0"),
+                                   ("time_scale", "nan", "time_scale: expected a number > 0"),
+                                   ("time_scale", "x", "time_scale: expected a number > 0")):
+        with pytest.raises(ValueError, match=message):
+            graph.launch_overrides({argument: bad}, sim=True)
+
+
 def test_openvla_arguments_become_the_policy_model_parameters(tmp_path):
     """model_type:=openvla checkpoint:=DIR ... -> the policy's model.* -> its TargetChoice."""
     from heisd_ros.models.loading import check_device_allowed

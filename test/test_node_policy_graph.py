@@ -139,8 +139,8 @@ def deployment(request, tmp_path_factory):
     procs = {
         "retrieval_node": NodeProcess("retrieval_node", tmp, domain, retrieval_overrides),
         "sim_node": NodeProcess("sim_node", tmp, domain, {
-            "sim.image_width_px": 64, "sim.image_height_px": 64, "max_steps": 2000,
-            "frame_republish_s": 1.0}),
+            "mode": "lockstep", "sim.image_width_px": 64, "sim.image_height_px": 64,
+            "max_steps": 2000, "frame_republish_s": 1.0}),
         "policy_node": NodeProcess("policy_node", tmp, domain, {
             "method": method, "model.path": vla, "model.drafter_path": head,
             "model.router_stats_path": str(tmp / "db" / f"router_stats_{SUITE}.json"),

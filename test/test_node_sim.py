@@ -28,6 +28,7 @@ def graph(module_ros_domain):
     rclpy.init(context=context, domain_id=module_ros_domain)
     sim = SimNode(context=context, parameter_overrides=[
         Parameter("sim.image_width_px", value=48), Parameter("sim.image_height_px", value=48),
+        Parameter("mode", value="lockstep"),
         Parameter("frame_republish_s", value=0.3), Parameter("max_steps", value=12),
         Parameter("seed", value=3), Parameter("auto_reset", value=False)])
     peer = rclpy.create_node("sim_test_peer", context=context)

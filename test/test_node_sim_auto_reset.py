@@ -42,8 +42,8 @@ class Graph:
     def __init__(self, domain: int, **overrides) -> None:
         self.context = rclpy.Context()
         rclpy.init(context=self.context, domain_id=domain)
-        params = {"sim.image_width_px": 48, "sim.image_height_px": 48, "seed": 5,
-                  "max_steps": MAX_STEPS, "auto_reset_delay_s": DELAY_S, **overrides}
+        params = {"mode": "lockstep", "sim.image_width_px": 48, "sim.image_height_px": 48,
+                  "seed": 5, "max_steps": MAX_STEPS, "auto_reset_delay_s": DELAY_S, **overrides}
         self.sim = SimNode(context=self.context, parameter_overrides=[
             Parameter(name, value=value) for name, value in params.items()])
         self.peer = rclpy.create_node("sim_auto_reset_peer", context=self.context)

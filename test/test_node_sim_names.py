@@ -54,6 +54,7 @@ def graph(module_ros_domain):
     sim = SimNode(context=context, parameter_overrides=[
         Parameter("suite", value="piper_nope"), Parameter("task", value="bogus"),
         Parameter("sim.image_width_px", value=48), Parameter("sim.image_height_px", value=48),
+        Parameter("mode", value="lockstep"),
         Parameter("frame_republish_s", value=0.3), Parameter("state_period_s", value=0.05),
         Parameter("max_steps", value=50), Parameter("seed", value=5)])
     clients = {"reset": peer.create_client(Trigger, "/sim_node/reset"),

@@ -61,8 +61,8 @@ def deployment(tmp_path_factory, module_ros_domain):
         "retrieval_node": NodeProcess("retrieval_node", tmp, domain, {
             "store.path": str(tmp / "db"), "store.exact_search": True}),
         "sim_node": NodeProcess("sim_node", tmp, domain, {
-            "sim.image_width_px": 64, "sim.image_height_px": 64, "max_steps": 2000,
-            "frame_republish_s": 1.0}),
+            "mode": "lockstep", "sim.image_width_px": 64, "sim.image_height_px": 64,
+            "max_steps": 2000, "frame_republish_s": 1.0}),
         "policy_node": NodeProcess("policy_node", tmp, domain, {
             "method": "heisd", "model.type": "openvla", "model.checkpoint": str(checkpoint),
             "model.unnorm_key": KEY, "model.vision_specs": str(specs), "model.allow_cpu": True,

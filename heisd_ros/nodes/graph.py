@@ -25,6 +25,11 @@ Launch arguments (both front ends):
         rviz2 must be installed: :func:`rviz_problem` is checked before any node starts.
     ``auto_reset`` ("true"/"false", "" = the YAML's, true): the sim node starts the next
         episode by itself when one ends.
+    ``sim_mode`` ("realtime"/"lockstep", "" = the YAML's, realtime): the sim's world runs
+        with the clock, or one control period per command. In real time the policy steps at
+        most once per control period of world time (``min_period_s``, :func:`launch_overrides`):
+        each action is a delta for one period of ``sim.control_rate_hz``.
+    ``time_scale`` (world s per wall s, "" = the YAML's, 1.0): the real-time sim's speed.
 
 When a node ends (:func:`stop_reason`): every node of :data:`NODES` is required, so when one
 exits or dies, for whatever reason, the launch (``on_exit`` -> ``Shutdown``) and
@@ -36,6 +41,7 @@ headless robot computer, leaves the graph running; Ctrl-C still stops everything
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from collections.abc import Callable
@@ -44,6 +50,7 @@ from pathlib import Path
 
 from heisd_ros.decoding.methods import METHOD_NAMES
 from heisd_ros.models.loading import DTYPES, MODELS
+from heisd_ros.sim.modes import SIM_MODES
 
 #: The policy's decoder names: the method table's (pure data: no torch in ``ros2 launch``).
 METHODS: tuple[str, ...] = METHOD_NAMES
@@ -52,7 +59,7 @@ LAUNCH_ARGUMENTS: dict[str, str] = {
     "sim": "true", "method": "", "model": "", "db": "", "can_port": "can0", "task": "",
     "rviz": "false", "auto_reset": "", "model_type": "", "checkpoint": "", "unnorm_key": "",
     "device": "", "dtype": "", "center_crop": "", "allow_cpu": "", "drafter": "",
-    "vision_specs": "",
+    "vision_specs": "", "sim_mode": "", "time_scale": "",
 }
 #: What each launch argument does (``ros2 launch ... --show-args``, ``heisd-bringup --help``).
 ARGUMENT_HELP: dict[str, str] = {
@@ -81,6 +88,10 @@ ARGUMENT_HELP: dict[str, str] = {
                "small VLA; train one for OpenVLA with heisd-train-drafter)",
     "vision_specs": "OpenVLA: JSON of backbone sizes for a checkpoint whose backbones are not "
                     "the ones its config.json names ('' = from config.json)",
+    "sim_mode": "sim: realtime (the world runs with the clock, cameras stream) or lockstep "
+                "(one control period per command) ('' = config/sim_node.yaml's, realtime)",
+    "time_scale": "sim in real time: world seconds per wall second, > 0 (0.5 = the world at "
+                  "half speed) ('' = config/sim_node.yaml's, 1.0)",
 }
 #: Launch argument -> (node name, parameter name) it sets when not empty.
 ARGUMENT_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -99,11 +110,16 @@ ARGUMENT_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {
     "allow_cpu": (("policy_node", "model.allow_cpu"),),
     "drafter": (("policy_node", "model.drafter_path"),),
     "vision_specs": (("policy_node", "model.vision_specs"),),
+    "sim_mode": (("sim_node", "mode"),),
+    "time_scale": (("sim_node", "time_scale"),),
 }
 #: Launch arguments whose parameter is a bool (the others set string parameters).
 BOOL_ARGUMENTS: tuple[str, ...] = ("auto_reset", "center_crop", "allow_cpu")
+#: Launch arguments whose parameter is a float > 0.
+FLOAT_ARGUMENTS: tuple[str, ...] = ("time_scale",)
 #: Launch arguments with a fixed set of values ("" = the YAML's): argument -> valid values.
-CHOICE_ARGUMENTS: dict[str, tuple[str, ...]] = {"model_type": MODELS, "dtype": DTYPES}
+CHOICE_ARGUMENTS: dict[str, tuple[str, ...]] = {"model_type": MODELS, "dtype": DTYPES,
+                                                "sim_mode": SIM_MODES}
 RVIZ_CONFIG = "heisd.rviz"
 PACKAGE = "heisd_ros"
 #: rviz2's package and executable (what ``launch_ros`` looks up in the ament index).
@@ -176,10 +192,25 @@ def check_method(value: str) -> str:
     return text
 
 
-def launch_overrides(arguments: dict[str, str]) -> dict[str, dict[str, str | bool]]:
+def parse_positive(value: str | float, name: str) -> float:
+    """A launch argument's number, finite and > 0."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"{name}: expected a number > 0, got {value!r}")
+    return number
+
+
+def launch_overrides(arguments: dict[str, str],
+                     sim: bool = False) -> dict[str, dict[str, str | bool | float]]:
     """Parameter overrides per node name from launch arguments (empty arguments set nothing).
 
-    Values are strings, except the bools of :data:`BOOL_ARGUMENTS`.
+    Values are strings, except the bools of :data:`BOOL_ARGUMENTS` and the floats of
+    :data:`FLOAT_ARGUMENTS`. With ``sim`` and the sim in real time (``sim_mode``, else the
+    YAML's ``mode``), the policy's ``min_period_s`` becomes one control period of world time
+    on the wall clock (:func:`sim_control_period_s`), unless the policy YAML sets one.
 
     Raises:
         ValueError: an unknown argument name (the message lists the valid ones), a
@@ -202,9 +233,36 @@ def launch_overrides(arguments: dict[str, str]) -> dict[str, dict[str, str | boo
             continue
         if argument in BOOL_ARGUMENTS:  # typed: the YAML declares it a bool
             value = parse_bool(value, argument)
+        elif argument in FLOAT_ARGUMENTS:
+            value = parse_positive(value, argument)
         for node, parameter in targets:
             overrides.setdefault(node, {})[parameter] = value
+    if sim:
+        period_s = sim_control_period_s(overrides.get("sim_node", {}))
+        if period_s and not _shipped("policy_node").get("min_period_s"):
+            overrides.setdefault("policy_node", {})["min_period_s"] = period_s
     return overrides
+
+
+def _shipped(node_name: str) -> dict:
+    """The parameters of ``config/<node_name>.yaml``."""
+    import yaml
+
+    text = (config_dir() / f"{node_name}.yaml").read_text()
+    return yaml.safe_load(text)[node_name]["ros__parameters"]
+
+
+def sim_control_period_s(sim_overrides: dict) -> float:
+    """The wall seconds of one control period of the real-time sim; 0.0 in lockstep.
+
+    From config/sim_node.yaml (``mode``, ``time_scale``, ``sim.control_rate_hz``) with
+    ``sim_overrides`` (the sim node's launch overrides) applied.
+    """
+    shipped = _shipped("sim_node")
+    if sim_overrides.get("mode", shipped.get("mode", "realtime")) != "realtime":
+        return 0.0
+    scale = float(sim_overrides.get("time_scale", shipped.get("time_scale", 1.0)))
+    return 1.0 / (float(shipped["sim"]["control_rate_hz"]) * scale)
 
 
 def config_dir() -> Path:

@@ -4,9 +4,20 @@ The simulated arm (:class:`heisd_ros.sim.sim_robot.SimRobot`) is driven through 
 :class:`~heisd_ros.robot.controller.RobotController` as the real driver: deltas become
 absolute targets inside the workspace box and per-step limits, and the strict gripper executes
 a change only when ``gripper_from_target`` is true on ``gripper.hysteresis_steps`` consecutive
-commands. The sim is **command driven**: each received command runs one control period of
-physics (``sim.control_rate_hz``), then both camera frames, the joint state, the EE pose and
-the episode status are published with one stamp. Nothing moves between commands.
+commands. The world runs in one of two modes (``mode``):
+
+- **realtime** (the default, and the launch's): as a real PIPER, the world does not wait for
+  the policy. Physics advances with the clock (``time_scale`` world seconds per wall second);
+  the arm's servos track the latest accepted command (its joint ramp, then holding it); the
+  cameras stream at ``third_person_rate_hz`` / ``wrist_rate_hz`` and the joint state and EE
+  pose every ``state_period_s``, all in world time; the controller ticks at 50 Hz (gripper
+  progress, watchdog). The episode ends by itself on success, on a controller fault, or
+  after ``max_steps`` control periods of world time ("time_limit"). When physics and
+  rendering fall more than ``max_lag_s`` behind the clock, the world is slowed (counted and
+  warned) instead of catching up in a burst.
+- **lockstep** (reproducible evaluation): each received command runs one control period of
+  physics (``sim.control_rate_hz``), then both camera frames, the joint state, the EE pose
+  and the episode status are published with one stamp. Nothing moves between commands.
 
 Usage::
 
@@ -18,14 +29,17 @@ Usage::
 Interface:
     ``/heisd/ee_command`` (heisd_ros/msg/EECommand, in): one control step per message.
     ``/joint_states`` (sensor_msgs/JointState), ``/ee_pose`` (geometry_msgs/PoseStamped),
-        as the driver publishes them: after every step, and every ``state_period_s``.
+        as the driver publishes them: every ``state_period_s`` (lockstep: and after every
+        step).
     ``/camera/third_person/image_raw``, ``/camera/wrist/image_raw`` (sensor_msgs/Image, rgb8):
-        after every step and at each episode start; when no command came for
-        ``frame_republish_s`` the current frames are sent again with a fresh stamp (the scene
-        has not moved), so a policy that started late or lost a frame gets going.
+        real time: each at its rate while an episode runs. Lockstep: after every step and at
+        each episode start; when no command came for ``frame_republish_s`` the current
+        frames are sent again with a fresh stamp (the scene has not moved), so a policy that
+        started late or lost a frame gets going.
     ``/heisd/episode_status`` (heisd_ros/msg/EpisodeStatus, transient local: a late
-        subscriber gets the latest): after every step and reset;
-        ``done`` with ``reason`` "success" or "max_steps"; commands after that are ignored
+        subscriber gets the latest): after every executed command and reset; ``step`` counts
+        the executed commands; ``done`` with ``reason`` "success", "max_steps" (lockstep),
+        "time_limit" or "fault" (real time); commands after that are ignored
         until the next episode. With ``auto_reset`` (the default) that starts by itself
         ``auto_reset_delay_s`` later, like a ``~/reset`` (the next seed; with
         ``auto_reset_next_task`` the suite's next task); without it, at ``~/reset``. Each
@@ -46,11 +60,13 @@ that is not in the suite (e.g. half-way through switching both) is accepted, and
 ``~/reset`` with it is refused with the message while the running episode goes on.
 
 All MuJoCo work (physics, the EGL renderer) runs on one worker thread: a GL context belongs to
-the thread that made it current, and executor callbacks may run on any thread.
+the thread that made it current, and executor callbacks may run on any thread. In real time
+that thread also publishes the frames and states, so the executor only takes commands.
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -70,7 +86,7 @@ from heisd_ros.nodes.image_conversion import rgb_to_image
 from heisd_ros.nodes.qos import STATUS_QOS
 from heisd_ros.nodes.robot_msgs import ee_command_from_msg, ee_pose_msg, joint_state_msg
 from heisd_ros.nodes.sim_params import SimNodeConfig, next_task, parameter_problem
-from heisd_ros.robot.controller import ControllerConfig, RobotController
+from heisd_ros.robot.controller import ControllerConfig, ControllerStatus, RobotController
 from heisd_ros.robot.gripper import GripperConfig, GripperStateMachine
 from heisd_ros.robot.safety import SafetyConfig, SafetyFilter
 from heisd_ros.sim.config import SimConfig
@@ -78,11 +94,16 @@ from heisd_ros.sim.suites import get_task, list_suites, list_tasks
 
 THIRD_PERSON_TOPIC = "/camera/third_person/image_raw"
 WRIST_TOPIC = "/camera/wrist/image_raw"
+_CAMERAS = ("third_person", "wrist")  # in the order of the image publishers
 _RESET_TIMEOUT_S = 60.0
+#: Real time: the controller's tick (gripper progress, watchdog, faults) and the episode's
+#: success check run this often, world s (the driver ticks at 50 Hz).
+TICK_S = 0.02
+_EPS_S = 1e-6  # world times this close count as equal
 
 
 class SimNode(Node):
-    """Simulated PIPER with cameras, driven one control step per EE command."""
+    """Simulated PIPER with cameras: the world runs with the clock, or one step per command."""
 
     def __init__(self, node_name: str = "sim_node", **kwargs) -> None:
         """Declare parameters, start the sim worker (it builds the scene and resets).
@@ -123,8 +144,10 @@ class SimNode(Node):
         self.create_subscription(EECommandMsg, "/heisd/ee_command", self._on_command, 10,
                                  callback_group=self._group)
         self.create_service(Trigger, "~/reset", self._on_reset, callback_group=self._group)
-        self.create_timer(self.config.state_period_s, self._publish_state,
-                          callback_group=MutuallyExclusiveCallbackGroup())
+        self.realtime = self.config.mode == "realtime"
+        if not self.realtime:  # real time: the physics thread publishes the state
+            self.create_timer(self.config.state_period_s, self._publish_state,
+                              callback_group=MutuallyExclusiveCallbackGroup())
 
         self._jobs: queue.Queue = queue.Queue()
         self._state = None  # latest RobotState (immutable), read by the state timer
@@ -135,6 +158,17 @@ class SimNode(Node):
         self._auto_reset_at: float | None = None  # time.monotonic() of the automatic reset
         self.steps_run = 0
         self.commands_ignored = 0
+        #: Real time: frames published per camera, frames skipped because the thread was
+        #: late, times the world was slowed (max_lag_s), and the wall time spent rendering
+        #: and in physics, s.
+        self.frames_published = [0, 0]
+        self.frames_skipped = 0
+        self.world_slowed = 0
+        self.render_s = self.physics_s = 0.0
+        self._anchor = None  # real time: (wall, world) anchor of the world clock
+        self._next_frame = [math.inf, math.inf]  # world time of each camera's next frame
+        self._next_state = self._next_tick = math.inf
+        self._episode_start = 0.0  # world time of the episode's start
         self._worker = threading.Thread(target=self._work, name="sim_node-mujoco", daemon=True)
         self._worker.start()
         done = self._submit("reset")
@@ -193,35 +227,167 @@ class SimNode(Node):
         return job
 
     def _work(self) -> None:
-        """Own the env (physics + GL context): run jobs in order; idle -> republish frames.
+        """Own the env (physics + GL context): run jobs in order, and the world between them.
 
-        An automatic reset is due ``auto_reset_delay_s`` after an episode ended; the queue
-        wait is cut short for it, and a ``~/reset`` before then replaces it.
+        Real time: the world runs up to the clock before each job and whenever its next event
+        is due. Lockstep: when idle the frames are republished. An automatic reset is due
+        ``auto_reset_delay_s`` after an episode ended; the queue wait is cut short for it,
+        and a ``~/reset`` before then replaces it.
         """
         idle_s = self.config.frame_republish_s or None
         while True:
+            wait = self._realtime_wait_s() if self.realtime else self._wait_s(idle_s)
             try:
-                job = self._jobs.get(timeout=self._wait_s(idle_s))
+                job = self._jobs.get(timeout=wait)
             except queue.Empty:
+                job = None
                 if self._auto_reset_at is not None and time.monotonic() >= self._auto_reset_at:
                     job = _Job("auto_reset")
-                else:
+                elif not self.realtime:
                     if self._frames is not None and not self._status.done:
                         self._publish_frames()
                     continue
-            if job.kind == "stop":
+            if job is not None and job.kind == "stop":
                 break
-            try:
-                if job.kind in ("reset", "auto_reset"):
-                    self._reset(auto=job.kind == "auto_reset")
-                    self.config_error = ""
-                else:
-                    self._step(job.payload)
-            except (ValueError, RuntimeError) as exc:  # bad task name, IK/scene errors
-                job.error = self._failure(job.kind, exc)
-                self.get_logger().error(job.error)
-            job.set()
+            if self.realtime:
+                self._run_world()  # up to now first: a command applies at the current time
+            if job is not None:
+                self._run_job(job)
+
         self._close_env()
+
+    def _run_job(self, job: _Job) -> None:
+        """Run one reset or command; a failure is logged and handed to whoever waits."""
+        try:
+            if job.kind in ("reset", "auto_reset"):
+                self._reset(auto=job.kind == "auto_reset")
+                self.config_error = ""
+            elif self.realtime:
+                self._command_realtime(job.payload)
+            else:
+                self._step(job.payload)
+        except (ValueError, RuntimeError) as exc:  # bad task name, IK/scene errors
+            job.error = self._failure(job.kind, exc)
+            self.get_logger().error(job.error)
+        job.set()
+
+    # ------------------------------------------------------------------ real time
+    def _world_now(self) -> float:
+        """World time the clock says it is now (the episode's anchor scaled), s."""
+        wall, world = self._anchor
+        return world + (time.monotonic() - wall) * self.config.time_scale
+
+    def _realtime_wait_s(self) -> float | None:
+        """How long the worker may wait for a job: until the world's next event is due."""
+        if self._controller is None or self._status.done or self._anchor is None:
+            return self._wait_s(None)
+        due = min(self._next_tick, self._next_state, *self._next_frame)
+        wall, world = self._anchor
+        wait = max(0.0, wall + (due - world) / self.config.time_scale - time.monotonic())
+        return self._wait_s(wait)
+
+    def _run_world(self) -> None:
+        """Advance physics to the clock's world time, with the ticks, frames and states due."""
+        if self._controller is None or self._status.done or self._anchor is None:
+            return
+        env, cfg = self._env, self.config
+        target = self._world_now()
+        if target - env.data.time > cfg.max_lag_s:  # late: slow the world, no burst
+            self.world_slowed += 1
+            self.get_logger().warning(
+                f"the sim is {target - env.data.time:.2f} s of world time behind the clock "
+                f"(physics and rendering cannot keep time_scale {cfg.time_scale:g} on this "
+                f"machine): the world slows down", throttle_duration_sec=5.0)
+            self._anchor = (time.monotonic(), env.data.time)
+            target = env.data.time
+        dt = env.config.physics_timestep_s
+        while not self._status.done:
+            due = min(self._next_tick, self._next_state, *self._next_frame)
+            if due > target + _EPS_S:
+                break
+            steps = max(0, math.ceil((due - env.data.time - _EPS_S) / dt))  # reach `due`
+            if steps:
+                started = time.perf_counter()
+                env.advance(steps)
+                self.physics_s += time.perf_counter() - started
+            now = env.data.time + _EPS_S
+            if now >= self._next_tick:
+                self._next_tick += TICK_S
+                self._tick_realtime()
+            for i, name in enumerate(_CAMERAS):
+                if not self._status.done and now >= self._next_frame[i]:
+                    self._publish_camera(i, name, now)
+            if now >= self._next_state:
+                self._next_state = self._next_after(self._next_state, cfg.state_period_s, now)
+                self._state = self._robot.observe()
+                self._publish_state()
+
+    def _next_after(self, due: float, period: float, now: float) -> float:
+        """The next multiple of ``period`` after ``due`` that is later than ``now``."""
+        return due + period * max(1, math.floor((now - due) / period + 1e-9) + 1)
+
+    def _publish_camera(self, index: int, name: str, now: float) -> None:
+        rates = (self.config.third_person_rate_hz, self.config.wrist_rate_hz)
+        period = 1.0 / rates[index]
+        following = self._next_after(self._next_frame[index], period, now)
+        self.frames_skipped += int(round((following - self._next_frame[index]) / period)) - 1
+        self._next_frame[index] = following
+        started = time.perf_counter()
+        frame = self._env.render_camera(name)
+        self.render_s += time.perf_counter() - started
+        msg = rgb_to_image(frame)
+        msg.header.stamp, msg.header.frame_id = (self.get_clock().now().to_msg(),
+                                                 self.config.frame_id)
+        self._image_pubs[index].publish(msg)
+        self.frames_published[index] += 1
+
+    def _tick_realtime(self) -> None:
+        """The controller's periodic work, then the episode's end conditions."""
+        result = self._controller.tick(self._robot.now_s())
+        status, now = self._status, self._env.data.time
+        if self._env.success():
+            self._end_episode(True, "success")
+        elif result.status in (ControllerStatus.FAULT, ControllerStatus.ESTOP):
+            self._end_episode(False, "fault", result.detail)
+        elif now - self._episode_start >= status.max_steps / self._env.config.control_rate_hz:
+            self._end_episode(False, "time_limit")
+
+    def _command_realtime(self, msg: EECommandMsg) -> None:
+        """Hand an accepted command to the arm's servos; physics runs on with the clock."""
+        command = self._admit(msg)
+        if command is None:
+            return
+        result = self._controller.step(command, self._robot.now_s())
+        if result.rejected_reason:
+            self.get_logger().warning(f"command {command.step_index}: {result.rejected_reason}",
+                                      throttle_duration_sec=2.0)
+        if result.sent is None:
+            return
+        self.steps_run += 1
+        self._status.step += 1
+        self._status.header.stamp = self.get_clock().now().to_msg()
+        self._status_pub.publish(self._status)
+
+    def _end_episode(self, success: bool, reason: str, detail: str = "") -> None:
+        """Mark the episode over, publish it, schedule the automatic reset and say so."""
+        status = self._status
+        status.done, status.success, status.reason = True, success, reason
+        self._state = self._robot.observe()
+        status.header.stamp = self.get_clock().now().to_msg()
+        self._status_pub.publish(status)
+        self._publish_state()
+        then = "call ~/reset for the next"
+        if self.config.auto_reset:  # the end stands for the delay from its publication
+            self._auto_reset_at = time.monotonic() + self.config.auto_reset_delay_s
+            then = f"the next starts in {self.config.auto_reset_delay_s:g} s"
+        how = f"{reason} ({detail})" if detail else reason
+        world_s = self._env.data.time - self._episode_start
+        frames = sum(self.frames_published) or 1
+        self.get_logger().info(
+            f"episode {status.episode} over after {world_s:.1f} s (world) and {status.step} "
+            f"commands ({status.step / max(world_s, 1e-9):.1f}/s): {how}; {then}; so far "
+            f"{self.render_s / frames * 1e3:.1f} ms per frame rendered, "
+            f"{self.frames_skipped} frames skipped, the world slowed {self.world_slowed} times")
 
     def _wait_s(self, idle_s: float | None) -> float | None:
         """How long the worker may wait for a job: until the idle republish or the auto reset."""
@@ -272,7 +438,7 @@ class SimNode(Node):
         if self._env is None or self._env.task.name != task.name:
             self._close_env()
             self._env = PiperSimEnv(task, self.sim_config)
-            self._robot = SimRobot(self._env)
+            self._robot = SimRobot(self._env, realtime=self.realtime)
             self._robot.connect()
         seed = self._next_seed
         self._next_seed = seed + 1
@@ -294,24 +460,40 @@ class SimNode(Node):
         self.get_logger().info(f"episode {self._status.episode}: {suite}/{task.name} seed "
                                f"{seed}: {task.instruction!r}")
         self._publish_all()
+        if self.realtime:  # the world's clock starts now, with the frames just sent
+            now = self._episode_start = self._env.data.time
+            self._anchor = (time.monotonic(), now)
+            self._next_tick = now + TICK_S
+            self._next_state = now + self.config.state_period_s
+            self._next_frame = [now + 1.0 / self.config.third_person_rate_hz,
+                                now + 1.0 / self.config.wrist_rate_hz]
+            self.frames_published = [n + 1 for n in self.frames_published]
 
-    def _step(self, msg: EECommandMsg) -> None:
+    def _admit(self, msg: EECommandMsg):
+        """The command of ``msg``, or None (counted and said why) when none may run now."""
         status = self._status
         if self._controller is None:
             self.commands_ignored += 1
             self.get_logger().warning(f"no episode: command ignored ({self.config_error})",
                                       throttle_duration_sec=5.0)
-            return
+            return None
         if status.done:
             self.commands_ignored += 1
             self.get_logger().warning(f"episode over ({status.reason}): command ignored until "
                                       f"the next episode", throttle_duration_sec=5.0)
-            return
+            return None
         try:
-            command = ee_command_from_msg(msg)
+            return ee_command_from_msg(msg)
         except ValueError as exc:
             self.commands_ignored += 1
             self.get_logger().warning(f"command refused: {exc}", throttle_duration_sec=2.0)
+            return None
+
+    def _step(self, msg: EECommandMsg) -> None:
+        """Lockstep: run the command for one control period, then publish everything."""
+        status = self._status
+        command = self._admit(msg)
+        if command is None:
             return
         before = self._robot.steps
         result = self._controller.step(command, self._robot.now_s())

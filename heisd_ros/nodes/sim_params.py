@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from heisd_ros.nodes.robot_msgs import GRIPPER_JOINT_NAME, PIPER_JOINT_NAMES
+from heisd_ros.sim.modes import SIM_MODES
 from heisd_ros.sim.suites import list_suites, list_tasks
 
 
@@ -19,10 +20,23 @@ class SimNodeConfig:
     """Settings of the sim node (the scene has ``sim.*``, safety and gripper their own).
 
     Attributes:
-        max_steps: steps per episode; 0 = the task's own limit.
-        state_period_s: republish /joint_states and /ee_pose this often, s.
-        frame_republish_s: without a command for this long, send the current camera frames
-            again with a fresh stamp, s; 0 = never.
+        mode: "realtime": the world runs with the clock, the cameras stream and the arm
+            tracks the latest accepted command, whether or not one comes; "lockstep": each
+            command runs one control period of physics and nothing moves between commands
+            (reproducible evaluation).
+        time_scale: real time: world seconds per wall second (0.5: the world runs at half
+            speed, as if the policy ran on a machine twice as fast); rates below are world
+            rates.
+        third_person_rate_hz, wrist_rate_hz: real time: camera frame rates (world), Hz.
+        max_lag_s: real time: when physics and rendering fall this far behind the clock
+            (world s), the world is slowed instead of catching up in a burst (counted, warned).
+        max_steps: steps per episode; 0 = the task's own limit. In real time the episode
+            has ``max_steps`` control periods of world time (what a lockstep episode gets)
+            and ends with reason "time_limit".
+        state_period_s: publish /joint_states and /ee_pose this often, s (real time: world
+            s, from the physics thread; lockstep: wall s, the state republished).
+        frame_republish_s: lockstep: without a command for this long, send the current
+            camera frames again with a fresh stamp, s; 0 = never.
         max_tracking_error_m: controller FAULT distance between commanded and measured
             flange, m; 0 = off.
         frame_id: frame of /ee_pose and of the camera images' header.
@@ -36,6 +50,11 @@ class SimNodeConfig:
             suite order, wrapping around) instead of repeating the task.
     """
 
+    mode: str = "realtime"
+    time_scale: float = 1.0
+    third_person_rate_hz: float = 30.0
+    wrist_rate_hz: float = 30.0
+    max_lag_s: float = 0.25
     max_steps: int = 0
     state_period_s: float = 0.1
     frame_republish_s: float = 2.0
@@ -48,6 +67,11 @@ class SimNodeConfig:
     auto_reset_next_task: bool = False
 
     def __post_init__(self) -> None:
+        if self.mode not in SIM_MODES:
+            raise ValueError(f"mode: expected one of {', '.join(SIM_MODES)}, got {self.mode!r}")
+        for name in ("time_scale", "third_person_rate_hz", "wrist_rate_hz", "max_lag_s"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ValueError(f"{name}: expected a finite value > 0, got {getattr(self, name)}")
         if self.max_steps < 0:
             raise ValueError(f"max_steps: expected >= 0, got {self.max_steps}")
         if not (math.isfinite(self.state_period_s) and self.state_period_s > 0):

@@ -241,6 +241,10 @@ class PiperSimEnv:
                            extras={"joint_positions_rad": state.joint_positions_rad,
                                    "ee_quat_xyzw": self.ee_quat_xyzw()})
 
+    def render_camera(self, name: str) -> np.ndarray:
+        """One camera's image ("third_person" or "wrist") of the current state (real time)."""
+        return self._cameras.render_camera(self.data, name)
+
     def robot_state(self) -> RobotState:
         """Measured state in the units and record the real driver reports."""
         return RobotState(stamp_s=float(self.data.time),

@@ -68,6 +68,15 @@ class CameraRig:
             frames.append(self._renderer.render().copy())
         return frames[0], frames[1]
 
+    def render_camera(self, data: mujoco.MjData, name: str) -> np.ndarray:
+        """The image of camera ``name`` (one of :data:`CAMERA_NAMES`) of the current state."""
+        if name not in CAMERA_NAMES:
+            raise ValueError(f"name: unknown camera {name!r}; cameras are {CAMERA_NAMES}")
+        if self._renderer is None:
+            return np.zeros(self._shape, np.uint8)
+        self._renderer.update_scene(data, camera=name)
+        return self._renderer.render().copy()
+
     def close(self) -> None:
         """Free the GL context (idempotent)."""
         if self._renderer is not None:

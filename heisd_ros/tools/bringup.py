@@ -45,8 +45,8 @@ from heisd_ros.nodes.graph import (
 def node_plan(arguments: dict[str, str], configs: Path | None = None) -> list[dict]:
     """Per node: name, class, params file, overrides and remappings (what will be started)."""
     configs = configs or config_dir()
-    overrides = launch_overrides(arguments)
     sim = parse_bool(arguments.get("sim", LAUNCH_ARGUMENTS["sim"]), "sim")
+    overrides = launch_overrides(arguments, sim)
     return [{"spec": spec, "params_file": str(configs / spec.config),
              "overrides": overrides.get(spec.name, {}),
              "remappings": list(spec.remappings)} for spec in nodes_for(sim)]
