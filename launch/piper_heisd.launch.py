@@ -22,7 +22,8 @@ The nodes, their config files and remappings, and how the arguments become param
 from ``heisd_ros.nodes.graph`` — the same table ``heisd-bringup`` reads, so the two cannot
 drift. So do the rules for stopping: every argument (including whether rviz2 is installed,
 for ``rviz:=true``) is checked before the first node starts, and when a required node exits
-or dies the launch shuts the others down (``graph.stop_reason``; rviz2 is optional).
+or dies the launch shuts the others down and ends with exit code 1, printing why
+(``graph.stop_reason``; rviz2 is optional).
 ``launch``/``launch_ros`` are imported inside the functions only (machines without a ROS 2
 distribution cannot install them; the table stays testable).
 """
@@ -44,13 +45,25 @@ from heisd_ros.nodes.graph import (
 )
 
 
-def _on_exit(name):
-    """``on_exit`` of program ``name``: shut the launch down if the graph needs it."""
-    from launch.actions import Shutdown
+class RequiredNodeExited(RuntimeError):
+    """A required node ended while the graph ran (the message is the reason)."""
 
-    def on_exit(event, _context):
+
+def _on_exit(name):
+    """``on_exit`` of program ``name``: end the launch, failing, if the graph needs it.
+
+    Raising is how a launch file makes ``ros2 launch`` fail: launch's ``LaunchService`` logs
+    "Caught exception in launch (see debug for traceback): <reason>", shuts every other
+    process down and returns 1, the exit code of ``ros2 launch``. A node that ends while the
+    launch is already shutting down (Ctrl-C, or after another node's end) raises nothing, so
+    Ctrl-C still ends with 0 and the reason is printed once.
+    """
+
+    def on_exit(event, context):
         reason = stop_reason(name, exit_description(event.returncode))
-        return [Shutdown(reason=reason)] if reason else None
+        if reason and not getattr(context, "is_shutdown", False):
+            raise RequiredNodeExited(reason)
+        return None
 
     return on_exit
 

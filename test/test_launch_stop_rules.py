@@ -73,17 +73,22 @@ def test_every_node_ends_the_launch_when_it_exits_but_rviz(monkeypatch, tmp_path
     launched = _run_launch(monkeypatch, sim=sim, rviz="true")
     ours = [n for n in launched if n["package"] == graph.PACKAGE]
     assert len(ours) == 3
+    running = types.SimpleNamespace(is_shutdown=False)
+    stopping = types.SimpleNamespace(is_shutdown=True)
     for node in ours:
         for returncode, how in ((1, "exited with code 1"), (-9, "was killed by SIGKILL"),
                                 (0, "exited")):
-            actions = node["on_exit"](types.SimpleNamespace(returncode=returncode), None)
-            assert len(actions) == 1  # a Shutdown, with the reason
-            assert actions[0].kwargs["reason"] == (f"{node['name']} {how}: stopping every node "
-                                                   f"of the graph")
+            # launch turns an exception from a handler into "Caught exception in launch ...:
+            # <reason>", stops the other processes and exit code 1 of `ros2 launch`
+            with pytest.raises(RuntimeError) as err:
+                node["on_exit"](types.SimpleNamespace(returncode=returncode), running)
+            assert str(err.value) == f"{node['name']} {how}: stopping every node of the graph"
+            # ending while the launch already stops (Ctrl-C, another node's end): no error
+            assert node["on_exit"](types.SimpleNamespace(returncode=returncode), stopping) is None
     rviz = [n for n in launched if n["package"] == "rviz2"]
     assert len(rviz) == 1
     # optional: closing rviz2's window (or it finding no display) leaves the graph running
-    assert rviz[0]["on_exit"](types.SimpleNamespace(returncode=1), None) is None
+    assert rviz[0]["on_exit"](types.SimpleNamespace(returncode=1), running) is None
 
 
 def test_stop_rules():

@@ -32,11 +32,12 @@ Launch arguments (both front ends):
     ``time_scale`` (world s per wall s, "" = the YAML's, 1.0): the real-time sim's speed.
 
 When a node ends (:func:`stop_reason`): every node of :data:`NODES` is required, so when one
-exits or dies, for whatever reason, the launch (``on_exit`` -> ``Shutdown``) and
-heisd-bringup stop all the others: half a graph must not go on (a driver holding the arm
-while its policy is gone, or a policy commanding an arm whose driver died). rviz2 is
-optional (:data:`RVIZ_REQUIRED`): closing its window, or it failing to open a display on a
-headless robot computer, leaves the graph running; Ctrl-C still stops everything.
+exits or dies, for whatever reason, the launch and heisd-bringup stop all the others and
+exit 1 with the reason (the launch file's ``on_exit`` raises it: launch prints it and stops
+the other processes): half a graph must not go on (a driver holding the arm while its
+policy is gone, or a policy commanding an arm whose driver died). rviz2 is optional
+(:data:`RVIZ_REQUIRED`): closing its window, or it failing to open a display on a headless
+robot computer, leaves the graph running; Ctrl-C still stops everything (exit 0).
 """
 
 from __future__ import annotations
