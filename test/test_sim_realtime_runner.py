@@ -186,6 +186,8 @@ def test_eval_refuses_real_time_options_without_real_time(capsys):
     assert "--time-scale: only with --real-time" in capsys.readouterr().err
     assert eval_tool.main([*common, "--camera-rate-hz", "15"]) == 2
     assert "--camera-rate-hz: only with --real-time" in capsys.readouterr().err
+    assert eval_tool.main([*common, "--no-pace"]) == 2
+    assert "--no-pace: only with --real-time" in capsys.readouterr().err
     assert eval_tool.main([*common, "--real-time", "--time-scale", "0"]) == 2
     assert "--time-scale: time_scale: expected a finite number > 0" in capsys.readouterr().err
     assert eval_tool.main([*common, "--real-time", "--camera-rate-hz", "nan"]) == 2
@@ -215,7 +217,8 @@ def test_eval_end_to_end_in_real_time(tiny_target_path, tmp_path, capsys):
         capsys.readouterr().err
     assert "cmd/s" in capsys.readouterr().out
     result = json.loads((real / "e.json").read_text())
-    assert result["timing"] == {"mode": "real_time", "time_scale": 0.5, "camera_rate_hz": 30.0}
+    assert result["timing"] == {"mode": "real_time", "time_scale": 0.5, "camera_rate_hz": 30.0,
+                                "pace": True}
     cfg = result["config"]
     assert cfg["real_time"] is True and cfg["time_scale"] == 0.5
     (episode,) = result["episodes"]
@@ -256,5 +259,28 @@ def test_a_kept_part_records_its_timing(tiny_target_path, tmp_path, monkeypatch)
     with gzip.open(tmp_path / "e.json.parts" / f"{TASK}.json.gz", "rt") as f:
         kept = json.load(f)
     assert kept["desc"]["timing"] == {"mode": "real_time", "time_scale": 1.0,
-                                      "camera_rate_hz": 15.0}
+                                      "camera_rate_hz": 15.0, "pace": True}
     assert kept["runs"][0]["commands"] >= 1
+
+
+def test_paced_decisions_start_at_their_frames_time_on_the_wall_clock():
+    """pace: the wall clock follows the world, so background work gets the time between."""
+    waits = []
+    clock = FakeClock()
+
+    def sleep(seconds):
+        waits.append(seconds)
+        clock.now_s += seconds
+
+    with PiperSimEnv(get_task(SUITE, TASK), FAST) as env:
+        policy = ConstantPolicy(clock, 0.03, MOVE, stats=True)
+        real = _run(env, policy, 5, RealTime(time_scale=2.0, camera_rate_hz=10.0, pace=True,
+                                             clock=clock, sleep=sleep))
+        # decisions at world 0, 0.1, ... 0.4 s = wall 0, 0.05, ... 0.2 s; each took 0.03 s
+        assert real.commands == 5
+        assert waits == pytest.approx([0.02] * 4)
+        assert clock.now_s == pytest.approx(0.2 + 0.03)
+        unpaced = FakeClock()
+        _run(env, ConstantPolicy(unpaced, 0.03, MOVE), 5,
+             RealTime(time_scale=2.0, camera_rate_hz=10.0, clock=unpaced, sleep=sleep))
+        assert unpaced.now_s == pytest.approx(5 * 0.03) and len(waits) == 4

@@ -94,12 +94,21 @@ class RealTime:
         time_scale: world seconds per wall second of the policy's decision (1: real time; 2:
             the world runs twice as fast, as for a policy twice as slow; 0.5 slows the world).
         camera_rate_hz: frame rate of the cameras, which decisions start on.
+        pace: the wall clock follows the world too: a decision does not start before its
+            frame's time on the wall clock (the episode's world time / ``time_scale`` after
+            its start), as on a robot, so work a policy leaves running in the background (a
+            check behind) has the wall time the world gives it. False: decisions follow each
+            other at once (a shorter evaluation; the same figures for a policy without
+            background work).
         clock: wall clock in seconds (tests inject a fake one the policy advances).
+        sleep: waits a number of wall seconds (tests inject one that advances their clock).
     """
 
     time_scale: float = 1.0
     camera_rate_hz: float = 30.0
+    pace: bool = False
     clock: Callable[[], float] = field(default=time.perf_counter, compare=False, repr=False)
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("time_scale", "camera_rate_hz"):
@@ -212,6 +221,7 @@ def _realtime_episode(env: PiperSimEnv, act: Callable[[Observation], Any], polic
 
     previous_start: float | None = None
     previous_record: dict | None = None
+    wall_start = realtime.clock()
     while True:
         earliest = done * dt if previous_start is None else max(done * dt,
                                                                 previous_start + period)
@@ -227,6 +237,10 @@ def _realtime_episode(env: PiperSimEnv, act: Callable[[Observation], Any], polic
             previous_record["rt_period_ms"] = (start - previous_start) * 1e3
         if done > 0:                       # at the start, the reset's observation is current
             observation = env.observe()
+        if realtime.pace:                  # not before the frame's time on the wall clock
+            wait_s = wall_start + start / realtime.time_scale - realtime.clock()
+            if wait_s > 0:
+                realtime.sleep(wait_s)
         began = realtime.clock()
         output = act(observation)
         latency_s = realtime.clock() - began

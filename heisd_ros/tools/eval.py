@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 1.0; 2 emulates methods twice as slow)")
     p.add_argument("--camera-rate-hz", type=float, default=None,
                    help="with --real-time: camera frame rate decisions start on (default 30)")
+    p.add_argument("--no-pace", dest="pace", action="store_false", default=None,
+                   help="with --real-time: start each decision at once instead of at its "
+                        "frame's time on the wall clock (shorter; but a check behind then "
+                        "gets no wall time between decisions)")
     add_decoder_arguments(p, closed_loop=True)
     p.add_argument("--drafter-ms", type=float, default=1.0,
                    help="assumed draft-head forward cost on the projected GPU, ms")
@@ -190,7 +194,7 @@ def run(args):
                                         else RetrievalSourceConfig().deadline_s * 1e3)}
     if timing["mode"] == "real_time":   # a lockstep config (and report) stays as it was
         config.update(real_time=True, time_scale=timing["time_scale"],
-                      camera_rate_hz=timing["camera_rate_hz"])
+                      camera_rate_hz=timing["camera_rate_hz"], pace=timing.get("pace", True))
     costs = ComponentCosts(drafter_forward_ms=args.drafter_ms)
     desc = {k: v for k, v in desc.items() if k != "timing"}
     result = {**desc, "timing": timing, "config": config, "suites": suites,
@@ -216,7 +220,8 @@ def _timing(args) -> dict:
     """
     if not args.real_time:
         for option, value in (("--time-scale", args.time_scale),
-                              ("--camera-rate-hz", args.camera_rate_hz)):
+                              ("--camera-rate-hz", args.camera_rate_hz),
+                              ("--no-pace", args.pace)):
             if value is not None:
                 raise ValueError(f"{option}: only with --real-time (lockstep episodes wait "
                                  f"for the method)")
@@ -230,7 +235,7 @@ def _timing(args) -> dict:
     except ValueError as err:
         option = "--" + str(err).split(":", 1)[0].replace("_", "-")
         raise ValueError(f"{option}: {err}") from err
-    return {"mode": "real_time", **values}
+    return {"mode": "real_time", **values, "pace": args.pace is not False}
 
 
 def _realtime(args):
@@ -240,13 +245,15 @@ def _realtime(args):
     timing = _timing(args)
     if timing["mode"] == "lockstep":
         return None
-    return RealTime(time_scale=timing["time_scale"], camera_rate_hz=timing["camera_rate_hz"])
+    return RealTime(time_scale=timing["time_scale"], camera_rate_hz=timing["camera_rate_hz"],
+                    pace=timing.get("pace", True))
 
 
 def _describe_timing(timing: dict) -> str:
     if timing.get("mode") == "real_time":
+        pace = "" if timing.get("pace", True) else ", --no-pace"
         return (f"in real time (--time-scale {timing['time_scale']}, --camera-rate-hz "
-                f"{timing['camera_rate_hz']})")
+                f"{timing['camera_rate_hz']}{pace})")
     return "in lockstep"
 
 
