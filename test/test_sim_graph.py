@@ -55,8 +55,10 @@ def test_rate_and_gaps_count_running_time_only():
     assert fig["rate_hz"] == pytest.approx(205 / 21.0)
     # the hole in B, not the pauses between episodes (19.9 -> 22.0 -> ... -> 33.0)
     assert fig["max_gap_ms"] == pytest.approx(600.0)
+    assert fig["max_gap_end_s"] == pytest.approx(25.5)
     assert sg.stream_figures([], running) == {"count": 0, "running_s": pytest.approx(21.0),
-                                              "rate_hz": 0.0, "max_gap_ms": None}
+                                              "rate_hz": 0.0, "max_gap_ms": None,
+                                              "max_gap_end_s": None}
     assert sg.stream_figures([1.0], [])["rate_hz"] is None
 
 

@@ -144,17 +144,18 @@ def stream_figures(times_s: Iterable[float], intervals: Sequence[tuple[float, fl
             do not count and no gap spans two of them.
 
     Returns:
-        ``count``, ``running_s``, ``rate_hz`` (count / running_s; None without running time)
-        and ``max_gap_ms`` (largest gap between two arrivals of one interval; None when no
-        interval holds two).
+        ``count``, ``running_s``, ``rate_hz`` (count / running_s; None without running time),
+        ``max_gap_ms`` (largest gap between two arrivals of one interval; None when no
+        interval holds two) and ``max_gap_end_s`` (the arrival that ended it).
     """
     groups = within(times_s, intervals)
     running = sum(b - a for a, b in intervals)
     count = sum(len(g) for g in groups)
-    gaps = [b - a for g in groups for a, b in zip(g, g[1:], strict=False)]
+    gaps = [(b - a, b) for g in groups for a, b in zip(g, g[1:], strict=False)]
+    gap, end = max(gaps) if gaps else (None, None)
     return {"count": count, "running_s": running,
             "rate_hz": count / running if running > 0 else None,
-            "max_gap_ms": max(gaps) * 1e3 if gaps else None}
+            "max_gap_ms": gap * 1e3 if gaps else None, "max_gap_end_s": end}
 
 
 def stall_bound_ms(min_period_s: float, camera_period_s: float,
@@ -256,16 +257,21 @@ def method_report(raw: dict) -> dict:
         fig = stream_figures([f[0] for f in frames], running)
         fig["transport_ms"] = summary((a - s) * 1e3 for a, s in frames if t0 <= a <= t1)
         cameras[name] = fig
+    state = stream_figures(raw["states"], running)
+    for fig in (cmd, state, *cameras.values()):  # when, in the window
+        fig["max_gap_end_s"] = fig["max_gap_end_s"] and fig["max_gap_end_s"] - t0
     return {
         "window_s": t1 - t0, "running_s": cmd["running_s"],
+        "running": [[a - t0, b - t0] for a, b in running],  # s into the window
         "commands": cmd["count"], "command_rate_hz": cmd["rate_hz"],
         "command_age_ms": summary(ages_ms),
-        "stall": {"max_gap_ms": cmd["max_gap_ms"], "bound_ms": bound,
+        "stall": {"max_gap_ms": cmd["max_gap_ms"], "at_s": cmd["max_gap_end_s"],
+                  "bound_ms": bound,
                   "held": stall_held(cmd["max_gap_ms"], bound),
                   "min_period_s": raw["min_period_s"], "camera_period_s": raw["camera_period_s"],
                   "step_p99_ms": step_p99, "step_p99_source": step_source},
         "cameras": cameras,
-        "state": stream_figures(raw["states"], running),
+        "state": state,
         "node_step_ms": {"decode_p50_ms": _float(after, "decode_p50_ms"),
                          "decode_p99_ms": diag_p99, "hybrid_total_ms": total,
                          "unverified_share": (sum(h[2] for h in hybrid) / len(hybrid)
