@@ -74,6 +74,7 @@ import time
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image, JointState
@@ -210,11 +211,25 @@ class SimNode(Node):
             response.message = f"episode {s.episode}: {s.suite}/{s.task} seed {s.seed}"
         return response
 
-    def _publish_state(self) -> None:
+    def _stamp(self, world_s: float | None = None):
+        """Now on the ROS clock; real time: when the clock says world time ``world_s`` was.
+
+        A frame or state the worker takes late (physics and rendering behind the clock)
+        carries the time it shows, not the time it was sent, so its age downstream (the
+        policy's input gate, the command age) counts the lateness.
+        """
+        now = self.get_clock().now()
+        if world_s is not None and self._anchor is not None:
+            late_s = (self._world_now() - world_s) / self.config.time_scale
+            if late_s > 0:
+                now = now - Duration(nanoseconds=int(late_s * 1e9))
+        return now.to_msg()
+
+    def _publish_state(self, world_s: float | None = None) -> None:
         state = self._state
         if state is None:
             return
-        stamp = self.get_clock().now().to_msg()
+        stamp = self._stamp(world_s)
         cfg = self.config
         self._joint_pub.publish(joint_state_msg(state, stamp, cfg.joint_names,
                                                 cfg.gripper_joint_name))
@@ -320,7 +335,7 @@ class SimNode(Node):
             if now >= self._next_state:
                 self._next_state = self._next_after(self._next_state, cfg.state_period_s, now)
                 self._state = self._robot.observe()
-                self._publish_state()
+                self._publish_state(now)
 
     def _next_after(self, due: float, period: float, now: float) -> float:
         """The next multiple of ``period`` after ``due`` that is later than ``now``."""
@@ -336,8 +351,7 @@ class SimNode(Node):
         frame = self._env.render_camera(name)
         self.render_s += time.perf_counter() - started
         msg = rgb_to_image(frame)
-        msg.header.stamp, msg.header.frame_id = (self.get_clock().now().to_msg(),
-                                                 self.config.frame_id)
+        msg.header.stamp, msg.header.frame_id = self._stamp(now), self.config.frame_id
         self._image_pubs[index].publish(msg)
         self.frames_published[index] += 1
 
