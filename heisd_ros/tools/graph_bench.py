@@ -254,7 +254,8 @@ def _share(flags: Sequence[bool]) -> float | None:
     return sum(map(bool, flags)) / len(flags) if flags else None
 
 
-def _float(values: dict, key: str) -> float | None:
+def finite_float(values: dict, key: str) -> float | None:
+    """``values[key]`` as a finite float; None when missing, not a number or not finite."""
     try:
         value = float(values[key])
     except (KeyError, TypeError, ValueError):
@@ -270,12 +271,13 @@ def node_wall_time(held_ms: Sequence[float], sent: int, policy_diag: dict,
     before the window (``decoded_steps`` when it started; the node keeps its newest ones).
     """
     held = summary(held_ms)
-    p50, p99 = _float(policy_diag, "decode_p50_ms"), _float(policy_diag, "decode_p99_ms")
+    p50 = finite_float(policy_diag, "decode_p50_ms")
+    p99 = finite_float(policy_diag, "decode_p99_ms")
     if sent == 0 and held:
         return {**held, "source": "log: every decoded step of the window (all held stale)"}
     if p50 is not None and p99 is not None:
-        n = _float(policy_diag, "decoded_steps")
-        n0 = _float(policy_before or {}, "decoded_steps") or 0.0
+        n = finite_float(policy_diag, "decoded_steps")
+        n0 = finite_float(policy_before or {}, "decoded_steps") or 0.0
         in_window = sent + len(held_ms)
         before = max(0, min(int(n0), int(n or 0) - in_window)) if n is not None else None
         return {"n": n, "p50": p50, "p99": p99, "before_window": before,
@@ -343,7 +345,7 @@ def method_report(phase: dict, inprocess: dict, policy_limit_s: float,
     return {
         "node_wall_ms": node_wall,
         "node_held_log_ms": summary(phase.get("held_ms", [])),
-        "node_diagnostics_ms": {k: _float(policy_after, k) for k in
+        "node_diagnostics_ms": {k: finite_float(policy_after, k) for k in
                                 ("decode_p50_ms", "decode_p99_ms", "decoded_steps",
                                  "held_stale_share")} if "decode_p50_ms" in policy_after
         else None,
@@ -770,9 +772,9 @@ class Children:
         return "\n".join(text[-lines:])
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """SIGINT to each (policy first, driver last), then SIGKILL after ``timeout_s``."""
-        for name in sorted(self.procs, key=lambda n: ("policy", "retrieval",
-                                                      "driver").index(n.split("_")[0])):
+        """SIGINT to each (policy first, the driver or sim last), then SIGKILL after a timeout."""
+        for name in sorted(self.procs, key=lambda n: ("policy", "retrieval", "driver",
+                                                      "sim").index(n.split("_")[0])):
             proc = self.procs.pop(name)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -783,7 +785,8 @@ class Children:
                     proc.wait()
 
 
-def _params(path: Path) -> dict:
+def ros_parameters(path: Path) -> dict:
+    """The parameters of a params file written by ``graph.write_params_file``."""
     return yaml.safe_load(path.read_text())["/**"]["ros__parameters"]
 
 
@@ -1207,8 +1210,8 @@ def run(args) -> int:
     try:
         for method in methods:
             files = write_phase_params(method, args, replay, tmp)
-            policy_cfg = _params(files["policy"])
-            driver_cfg = _params(files["driver"])
+            policy_cfg = ros_parameters(files["policy"])
+            driver_cfg = ros_parameters(files["driver"])
             threads = policy_cfg["model"]["threads"]
             try:
                 phase = run_graph_phase(method, args, replay, files, tmp, env, context,
@@ -1240,7 +1243,8 @@ def run(args) -> int:
             if fault:
                 inproc_raw = {"skipped": FAULT_NA, "decoder": "", "load_avg_1min": None}
             else:
-                store = _params(files["retrieval"])["store"] if "retrieval" in files else None
+                store = (ros_parameters(files["retrieval"])["store"] if "retrieval" in files
+                         else None)
                 inproc_raw = inproc.run(method, policy_cfg["model"], store, replay, order,
                                         advance, args.warmup)
                 inproc_raw["load_avg_1min"] = os.getloadavg()[0]

@@ -47,7 +47,6 @@ import os
 import re
 import signal
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -61,7 +60,9 @@ from heisd_ros.tools.graph_bench import (
     LOG_FORMAT,
     Children,
     count_log_lines,
+    finite_float,
     held_by_reason,
+    ros_parameters,
     summary,
 )
 
@@ -227,14 +228,6 @@ def sim_log_figures(lines: Sequence[str], start_s: float, end_s: float) -> dict:
     }
 
 
-def _float(values: dict, key: str) -> float | None:
-    try:
-        value = float(values[key])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
 def method_report(raw: dict) -> dict:
     """The figures of one phase from what was recorded (see :func:`run_phase`'s ``raw``)."""
     t0, t1 = raw["window"]
@@ -246,7 +239,7 @@ def method_report(raw: dict) -> dict:
     cmd = stream_figures([c[0] for c in commands], running)
     hybrid = [h for h in raw["hybrid"] if t0 <= h[0] <= t1]  # (arrival, total_ms, unverified)
     after, before = raw["policy_after"], raw["policy_before"]
-    diag_p99 = _float(after, "decode_p99_ms")
+    diag_p99 = finite_float(after, "decode_p99_ms")
     total = summary(h[1] for h in hybrid)
     step_p99, step_source = ((diag_p99, "diagnostics decode_p99_ms") if diag_p99 is not None
                              else (total and total["p99"], "HybridStep total_ms p99"))
@@ -272,7 +265,7 @@ def method_report(raw: dict) -> dict:
                   "step_p99_ms": step_p99, "step_p99_source": step_source},
         "cameras": cameras,
         "state": state,
-        "node_step_ms": {"decode_p50_ms": _float(after, "decode_p50_ms"),
+        "node_step_ms": {"decode_p50_ms": finite_float(after, "decode_p50_ms"),
                          "decode_p99_ms": diag_p99, "hybrid_total_ms": total,
                          "unverified_share": (sum(h[2] for h in hybrid) / len(hybrid)
                                               if hybrid else None)},
@@ -372,25 +365,6 @@ def phase_params(method: str, args, tmp: Path) -> dict[str, Path]:
             for spec in nodes_for(sim=True)}
 
 
-def _params(path: Path) -> dict:
-    import yaml
-
-    return yaml.safe_load(path.read_text())["/**"]["ros__parameters"]
-
-
-def stop_children(children: Children, timeout_s: float = 15.0) -> None:
-    """SIGINT to the policy, then the retrieval node, then the sim; SIGKILL after a timeout."""
-    sim = children.procs.pop("sim", None)
-    children.stop(timeout_s)
-    if sim is not None and sim.poll() is None:
-        sim.send_signal(signal.SIGINT)
-        try:
-            sim.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            sim.kill()
-            sim.wait()
-
-
 class Listener:
     """This process's node on its own executor thread: every arrival, with its time."""
 
@@ -487,7 +461,8 @@ def run_phase(method: str, args, tmp: Path, env: dict, context) -> dict:
     phase_dir = tmp / method
     phase_dir.mkdir(parents=True, exist_ok=True)
     files = phase_params(method, args, phase_dir)
-    policy_cfg, sim_cfg = _params(files["policy_node"]), _params(files["sim_node"])
+    policy_cfg = ros_parameters(files["policy_node"])
+    sim_cfg = ros_parameters(files["sim_node"])
     camera_period_s = 1.0 / (float(sim_cfg["third_person_rate_hz"])
                              * float(sim_cfg["time_scale"]))
     children = Children(phase_dir, env)
@@ -524,7 +499,7 @@ def run_phase(method: str, args, tmp: Path, env: dict, context) -> dict:
         after = listener.policy_diagnostics()
         time.sleep(0.3)  # statuses and frames of the window's end still in flight
     finally:
-        stop_children(children)
+        children.stop()
         if listener is not None:
             listener.close()
     sim_log = children.logs["sim"].read_text(errors="replace").splitlines()
