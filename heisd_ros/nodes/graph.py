@@ -286,8 +286,7 @@ def write_params_file(path: Path, node_name: str, overrides: dict,
     """
     import yaml
 
-    shipped = yaml.safe_load((config_dir() / f"{node_name}.yaml").read_text())
-    merged = shipped[node_name]["ros__parameters"]
+    merged = _shipped(node_name)
     for key, value in overrides.items():
         *parents, leaf = key.split(".")
         node = merged

@@ -382,6 +382,14 @@ class SimNode(Node):
         self._status.header.stamp = self.get_clock().now().to_msg()
         self._status_pub.publish(self._status)
 
+    def _schedule_next_episode(self) -> str:
+        """After an episode ended: schedule the automatic reset if on; what happens next."""
+        if not self.config.auto_reset:
+            return "call ~/reset for the next"
+        # the end stands for the delay from its publication
+        self._auto_reset_at = time.monotonic() + self.config.auto_reset_delay_s
+        return f"the next starts in {self.config.auto_reset_delay_s:g} s"
+
     def _end_episode(self, success: bool, reason: str, detail: str = "") -> None:
         """Mark the episode over, publish it, schedule the automatic reset and say so."""
         status = self._status
@@ -390,10 +398,7 @@ class SimNode(Node):
         status.header.stamp = self.get_clock().now().to_msg()
         self._status_pub.publish(status)
         self._publish_state()
-        then = "call ~/reset for the next"
-        if self.config.auto_reset:  # the end stands for the delay from its publication
-            self._auto_reset_at = time.monotonic() + self.config.auto_reset_delay_s
-            then = f"the next starts in {self.config.auto_reset_delay_s:g} s"
+        then = self._schedule_next_episode()
         how = f"{reason} ({detail})" if detail else reason
         world_s = self._env.data.time - self._episode_start
         frames = sum(self.frames_published) or 1
@@ -527,10 +532,7 @@ class SimNode(Node):
             status.done, status.reason = True, "max_steps"
         self._publish_all()
         if status.done:
-            then = "call ~/reset for the next"
-            if self.config.auto_reset:  # the end stands for the delay from its publication
-                self._auto_reset_at = time.monotonic() + self.config.auto_reset_delay_s
-                then = f"the next starts in {self.config.auto_reset_delay_s:g} s"
+            then = self._schedule_next_episode()
             self.get_logger().info(f"episode {status.episode} over after {status.step} steps: "
                                    f"{status.reason}; {then}")
 

@@ -176,9 +176,7 @@ def _episode(env: PiperSimEnv, act: Callable[[Observation], Any], policy: Any, s
         action, stats = split_output(act(observation))
         outcome = env.step(action)
         result.steps, result.success = step + 1, outcome.success
-        for text in outcome.limits:
-            kind = text.split(":", 1)[0]
-            result.limits[kind] = result.limits.get(kind, 0) + 1
+        _count_limits(result, outcome.limits)
         if stats is not None:
             result.stats.append(stats)
         if observer is not None:
@@ -260,15 +258,20 @@ def _realtime_episode(env: PiperSimEnv, act: Callable[[Observation], Any], polic
         result.stats.append(record)
         result.commands += 1
         result.steps = result.commands
-        for text in limits:
-            kind = text.split(":", 1)[0]
-            result.limits[kind] = result.limits.get(kind, 0) + 1
+        _count_limits(result, limits)
         if observer is not None:
             observer(index, result.commands - 1, observation, action,
                      StepResult(observation, env.robot_state(), env.success(), limits))
         previous_start, previous_record = start, record
     result.world_time_s = done * dt
     return result
+
+
+def _count_limits(result: EpisodeResult, limits: tuple[str, ...]) -> None:
+    """Count each kind of limit ("workspace", ...) that changed a command."""
+    for text in limits:
+        kind = text.split(":", 1)[0]
+        result.limits[kind] = result.limits.get(kind, 0) + 1
 
 
 def step_limit(task: TaskSpec, max_steps: int | None) -> int:
