@@ -29,7 +29,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["heisd_ros", "heisd_ros.*"]),
-    package_data={"heisd_ros": ["assets/**/*", "sim/assets/**/*"]},
+    package_data={"heisd_ros": ["assets/**/*", "sim/assets/**/*", "latency/profiles/*.yaml"]},
     install_requires=["numpy>=1.24", "pyyaml>=6", "tqdm>=4.66", "rich>=13"],
     extras_require=EXTRAS,
     entry_points={

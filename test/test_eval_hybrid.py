@@ -143,3 +143,35 @@ def test_checks_behind_through_record_replay_and_eval(setup, tmp_path, capsys):
     assert rows["heisd_behind"]["vla_forwards_per_action"] > \
         rows["heisd_behind"]["target_forwards_per_action"]
     capsys.readouterr()
+
+
+def test_two_runs_at_a_latency_profile_give_identical_episodes(setup, tmp_path, capsys):
+    """Real time at a profile is priced, not timed: the same seeds repeat exactly.
+
+    AR, heisd and heisd_behind (every step may run unverified and is checked behind, so the
+    device timeline has checks to wait for). With wall-clock latencies the runs differ.
+    """
+    _, target, db = setup
+    skip_all = route_all_calibration(tmp_path / "skip_all.json", skip_threshold=0.0)
+    common = ["--suites", SUITE, "--tasks", TASK, "--episodes", "2", "--max-steps", "12",
+              "--image-size", SIZE, "--methods", "ar", "heisd", "heisd_behind",
+              "--target", target, "--db", db, "--calibration", str(skip_all),
+              "--skip-threshold", "0.0", "--real-time", "--latency-profile", "openvla-7b-paper"]
+    results = []
+    for run in ("a", "b"):
+        assert eval_tool.main([*common, "--json", str(tmp_path / run / "e.json")]) == 0, \
+            capsys.readouterr().err
+        results.append(json.loads((tmp_path / run / "e.json").read_text()))
+    a, b = results
+    assert a["timing"]["latency_profile"]["name"] == "openvla-7b-paper"
+    assert a["config"]["latency_profile"] == "openvla-7b-paper"
+    assert a["episodes"] == b["episodes"]
+    for method in ("ar", "heisd", "heisd_behind"):
+        assert a["suites"][SUITE][method]["real_time"] == b["suites"][SUITE][method]["real_time"]
+    # AR's command age is the paper's step, every time.
+    ar = a["suites"][SUITE]["ar"]["real_time"]
+    assert ar["command_age_ms"]["p50"] == pytest.approx(ar["command_age_ms"]["p99"])
+    behind = a["suites"][SUITE]["heisd_behind"]
+    assert behind["checks"]["checked_behind"] > 0
+    assert "device_wait_ms_mean" in behind["real_time"]
+    assert a["projection"]["profile"] == "openvla-7b-paper"

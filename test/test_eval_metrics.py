@@ -9,7 +9,8 @@ from heisd_ros.decoding.builder import DecoderResources
 from heisd_ros.decoding.methods import METHODS
 from heisd_ros.eval import metrics, report
 from heisd_ros.eval.methods import MethodContext, build_method, check_methods
-from heisd_ros.eval.projection import ComponentCosts, project, projected_ms
+from heisd_ros.eval.projection import project
+from heisd_ros.latency import DecisionCounters, LatencyProfile
 
 
 @pytest.mark.parametrize(("wins", "n", "low", "high"), [
@@ -26,24 +27,33 @@ def test_wilson_interval_edge_cases():
         metrics.wilson_interval(3, 2)
 
 
-def test_projection_arithmetic_on_hand_computed_counters():
-    costs = ComponentCosts(drafter_forward_ms=1.0)
-    ar = {"target_forwards_per_action": 7.0}
-    hybrid = {"target_forwards_per_action": 2.5, "drafter_forwards_per_action": 6.0,
-              "retrievals_per_action": 1.0, "skip_rate": 0.25}
-    # AR: 8 + 53 + 7 * 13.93 = 158.51 ms; hybrid: 8 + 53 + 2.5 * 13.93 + 6 * 1 + 5.13.
-    assert projected_ms(ar, costs) == pytest.approx(158.51)
-    assert projected_ms(hybrid, costs) == pytest.approx(106.955)
-    out = project({"ar": ar, "heisd": hybrid}, costs)
-    assert "PROJECTION" in out["label"] and any("assumption" in a for a in out["assumptions"])
-    assert out["methods"]["heisd"]["projected_speedup_vs_ar"] == pytest.approx(158.51 / 106.955)
+def _steps(*counters: DecisionCounters) -> list[dict]:
+    return [{"counters": c.to_dict()} for c in counters]
+
+
+def test_projection_is_the_mean_of_each_actions_priced_counters():
+    profile = LatencyProfile(name="p", vision_ms=8.0, prefill_base_ms=20.0, forward_base_ms=10.0,
+                             drafter_forward_ms=1.0, retrieval_ms=5.0, overhead_ms=50.0)
+    ar = DecisionCounters(vision=1, forwards=((30, 0),) + ((1, 0),) * 6)
+    verified = DecisionCounters(vision=1, forwards=((30, 14), (1, 0)), drafter_forwards=2,
+                                retrievals=1)
+    skipped = DecisionCounters(vision=1, retrievals=1, unverified=True, check=(30, 7))
+    # AR: 8 + 20 + 6 * 10 + 50 = 138; verified: 8 + 20 + 10 + 2 + 5 + 50 = 95; skipped: 63.
+    out = project({"ar": _steps(ar, ar), "heisd": _steps(verified, skipped)}, profile)
+    assert "PROJECTION" in out["label"] and out["profile"] == "p"
+    heisd = out["methods"]["heisd"]
+    assert heisd["projected_ms_per_action"] == pytest.approx((95 + 63) / 2)
+    assert heisd["projected_speedup_vs_ar"] == pytest.approx(138 / 79)
     assert out["methods"]["ar"]["projected_speedup_vs_ar"] == pytest.approx(1.0)
-    assert out["methods"]["heisd"]["skip_rate"] == 0.25
-    # Without an AR row the nominal 7 forwards are the reference.
-    alone = project({"heisd": hybrid}, costs)["methods"]["heisd"]
-    assert alone["projected_speedup_vs_ar"] == pytest.approx(158.51 / 106.955)
-    with pytest.raises(ValueError, match="drafter_forward_ms"):
-        ComponentCosts(drafter_forward_ms=-1.0)
+    assert heisd["skip_rate"] == 0.5 and heisd["target_forwards_per_action"] == 1.0
+    assert heisd["parts_ms"]["retrieval"] == 5.0
+    assert any("check behind" in a for a in out["assumptions"])
+    # Without an AR row there is no speed-up; the paper's profile is the default.
+    alone = project({"heisd": _steps(verified)})["methods"]["heisd"]
+    assert alone["projected_speedup_vs_ar"] is None
+    assert "<" not in report.projection_markdown(project({"heisd": _steps(verified)}))
+    with pytest.raises(ValueError, match="neither a shipped profile"):
+        project({"ar": _steps(ar)}, "no-such-profile")
 
 
 def test_agreement_metrics():

@@ -77,8 +77,10 @@ class ActionDecoder:
         """
         target, stats = self.target, StepStats()
         clock = StageClock(target.device)
-        with clock.stage("vision"):
-            prefix = target.encode(observation) if prefix is None else prefix
+        if prefix is None:
+            with clock.stage("vision"):
+                prefix = target.encode(observation)
+            stats.vision_calls = 1
         state = target.start(prefix, gripper_state(observation))
         action_id = next(_ACTION_IDS)
         # All (hidden state, next input embedding) pairs of this action, for draft sources.
@@ -98,7 +100,10 @@ class ActionDecoder:
                     tree = self.source.propose(context)
                 stats.drafter_forwards += self.source.forwards
                 stats.retrieval_calls += self.source.retrieval_calls
+                stats.draft_calls += 1
                 sources.append(self.source.name)
+            stats.forward_tokens.append((int(state.pending_embeds.shape[1]),
+                                         len(tree) if tree is not None else 0))
             with clock.stage("prefill" if first_round else "verify"):
                 result = speculative_step(target, state, tree, self.rule, ACTION_DIM)
             stats.target_forwards += 1

@@ -322,6 +322,11 @@ class HybridDecoder:
         # heisd_behind: the target checks each unverified action while it executes.
         self._checker = (BehindChecker(target, self._retrieval_rule) if sw.checks_behind
                          else None)
+        #: Prices a decode path's work for the path choices above: (``StepStats``, whether
+        #: the prefill counts) -> ms. None: the measured stage times. Real-time evaluation at
+        #: a latency profile sets the profile's prices (``heisd_ros.latency.pricing.work_ms``),
+        #: so the choices, and the run, do not depend on this machine's load.
+        self.path_pricing = None
 
     # ------------------------------------------------------------------ episodes
     def begin_episode(self, task: str | None = None) -> None:
@@ -418,9 +423,11 @@ class HybridDecoder:
         chosen = (self._unverified_choice(outcome, episode, trail, notes)
                   if use_retrieval and may_skip else None)
         verdict = None
+        collected = False
         if chosen is not None and self._checker is not None and self._checker.pending:
             # Another unverified action only once the last one is confirmed.
             verdict = self._collect_verdict(record, notes)
+            collected = True
             if not verdict.confirmed:
                 chosen = None
                 notes.append("verified: the check behind rejected the last action")
@@ -433,6 +440,9 @@ class HybridDecoder:
                 self._checker.start(prefix, episode.gripper_closed if episode else None,
                                     candidate.bins, episode.step_index if episode else -1, rule)
                 record.checked_behind = True
+                # Its forward: the prompt's uncached positions, then the 7 executed tokens.
+                result.stats.check_tokens = (
+                    int(prefix.embeds.shape[1]) - int(prefix.static_length or 0), ACTION_DIM)
         else:
             result = self._verified(observation, prefix, outcome if use_retrieval else None,
                                     notes)
@@ -447,6 +457,7 @@ class HybridDecoder:
             self._trail = trail  # what this step started from, should it be decided again
             self._next_trail = Trail(episode.step_index + 1, record.unverified_run, anchor, ee_m)
         stats = result.stats
+        stats.vision_calls, stats.collected_verdict = 1, collected
         if record.status.endswith("drafter mode") and not stats.draft_source:
             # Drafter mode decodes by AR where that is measured cheaper (PathCosts): say so.
             record.status += " (decoded by AR, measured cheaper here)"
@@ -462,6 +473,13 @@ class HybridDecoder:
         return replace(result, record=record, behind=verdict)
 
     # ------------------------------------------------------------------ paths
+    def _path_ms(self, stats: StepStats, prefill: bool) -> float:
+        """A decode path's cost for the path choices: priced, or its measured stages."""
+        if self.path_pricing is not None:
+            return float(self.path_pricing(stats, prefill))
+        stages = ("prefill", "draft", "verify") if prefill else ("draft", "verify")
+        return sum(stats.stage_ms.get(s, 0.0) for s in stages)
+
     def _fallback_name(self) -> str:
         return "drafter" if self.drafter is not None else "AR"
 
@@ -558,13 +576,12 @@ class HybridDecoder:
         r = decoder.decode(observation, prefix)
         if outcome is None and self._costs is not None:
             path = "drafter" if decoder.source is not None else "ar"
-            self._costs.record(path, sum(r.stats.stage_ms.get(s, 0.0)
-                                         for s in ("prefill", "draft", "verify")))
+            self._costs.record(path, self._path_ms(r.stats, prefill=True))
             notes.append(f"drafter-routed step by {path} ({self._costs.describe()})")
         elif tail is not None and r.stats.target_forwards > 1:   # the tail ran
             first = r.stats.accepted_lengths[0] if r.stats.accepted_lengths else 1
-            self._tail_costs.record(tail, sum(r.stats.stage_ms.get(s, 0.0)
-                                              for s in ("draft", "verify")) / (ACTION_DIM - first))
+            self._tail_costs.record(tail, self._path_ms(r.stats, prefill=False)
+                                    / (ACTION_DIM - first))
             notes.append(f"rounds after the retrieval draft by {tail} "
                          f"({self._tail_costs.describe()} per token)")
         return HybridResult(r.tokens, r.bins, r.action, r.hidden, r.vision_features, r.stats,

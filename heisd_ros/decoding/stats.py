@@ -25,6 +25,15 @@ class StepStats:
             -1 when none was.
         draft_source: who drafted ("" for AR, else the sources' names joined by "+").
         stage_ms: latency per stage in ms, keys from ``STAGES``.
+        vision_calls: observations encoded for this action (0 or 1).
+        forward_tokens: per target forward in order, (context tokens, draft-tree tokens);
+            the first is the prefill. What a latency profile prices
+            (``heisd_ros.latency``).
+        draft_calls: draft proposals (trees built by a draft source).
+        check_tokens: (context, tree) tokens of the check behind started on this action;
+            None when none.
+        collected_verdict: this action waited for the last check behind's verdict before
+            it could be decided.
     """
 
     target_forwards: int = 0
@@ -35,6 +44,11 @@ class StepStats:
     first_error_position: int = -1
     draft_source: str = ""
     stage_ms: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+    vision_calls: int = 0
+    forward_tokens: list[tuple[int, int]] = field(default_factory=list)
+    draft_calls: int = 0
+    check_tokens: tuple[int, int] | None = None
+    collected_verdict: bool = False
 
     @property
     def mean_accepted_length(self) -> float:

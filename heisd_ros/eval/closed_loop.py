@@ -131,7 +131,7 @@ def summarise_runs(runs: Sequence[EpisodeRun], reference: str = "ar") -> dict[st
         if timed:
             out[name].update(metrics.real_time_summary(
                 [r.world_time_s for r in timed], [r.commands for r in timed],
-                [s for r in timed for s in r.steps]))
+                [s for r in timed for s in r.steps], [r.success for r in timed]))
     return out
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from heisd_ros.data.observation import EpisodeState
 from heisd_ros.decoding.builder import DEFAULT_RELAXED_RADIUS_BINS, DecoderResources
 from heisd_ros.decoding.methods import HYBRID_METHODS, METHODS, needs_head
+from heisd_ros.latency.counters import DecisionCounters
 
 __all__ = ["DecoderPolicy", "MethodContext", "build_method", "check_methods", "context_from_args",
            "make_context", "router_stats_for"]
@@ -108,6 +109,7 @@ def step_record(result) -> dict:
             "verify_skipped": bool(getattr(record, "verify_skipped", False)),
             "status": str(getattr(record, "status", "")),
             "stage_ms": {k: float(v) for k, v in stats.stage_ms.items()},
+            "counters": DecisionCounters.from_stats(stats).to_dict(),
             "hybrid": fields}
 
 

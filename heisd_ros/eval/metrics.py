@@ -246,7 +246,7 @@ def first_goal_progress(progress: Sequence[dict]) -> dict[str, float]:
 
 
 def real_time_summary(world_times_s: Sequence[float], commands: Sequence[int],
-                      steps: Sequence[dict]) -> dict:
+                      steps: Sequence[dict], successes: Sequence[bool] | None = None) -> dict:
     """Timing of real-time episodes (``heisd_ros.sim.runner.RealTime``).
 
     Args:
@@ -254,21 +254,34 @@ def real_time_summary(world_times_s: Sequence[float], commands: Sequence[int],
         commands: commands each episode applied.
         steps: the step records of all those episodes, with ``rt_world_latency_ms`` and
             ``rt_late``.
+        successes: whether each episode succeeded (optional).
 
     Returns:
         ``real_time`` with ``command_rate_hz`` (commands per world second, mean over
         episodes), ``command_age_ms`` (``p50``, ``p99``: world time from a decision's frame
         to its command), ``late_share`` (of commands later than a control period) and
-        ``world_time_s_mean``; None where there is nothing to average (JSON keeps it).
+        ``world_time_s_mean``; with ``successes`` (one per episode) also
+        ``world_time_to_success_s_mean``; at a latency profile also ``device_wait_ms_mean``
+        and ``device_waits`` (decisions that waited for a check behind holding the device);
+        None where there is nothing to average (JSON keeps it).
     """
     if len(world_times_s) != len(commands):
         raise ValueError(f"world_times_s/commands: expected one of each per episode, got "
                          f"{len(world_times_s)} and {len(commands)}")
     rates = [n / t for n, t in zip(commands, world_times_s, strict=True) if t > 0]
     ages = np.asarray([s["rt_world_latency_ms"] for s in steps], dtype=np.float64)
-    return {"real_time": {
+    summary = {"real_time": {
         "command_rate_hz": float(np.mean(rates)) if rates else None,
         "command_age_ms": {"p50": float(np.median(ages)) if ages.size else None,
                            "p99": float(np.percentile(ages, 99)) if ages.size else None},
         "late_share": float(np.mean([bool(s["rt_late"]) for s in steps])) if steps else None,
         "world_time_s_mean": float(np.mean(world_times_s)) if len(world_times_s) else None}}
+    out = summary["real_time"]
+    if successes is not None:
+        won = [t for t, ok in zip(world_times_s, successes, strict=True) if ok]
+        out["world_time_to_success_s_mean"] = float(np.mean(won)) if won else None
+    waits = [s["rt_device_wait_ms"] for s in steps if "rt_device_wait_ms" in s]
+    if waits:
+        out["device_waits"] = int(sum(w > 0 for w in waits))
+        out["device_wait_ms_mean"] = float(np.mean(waits))
+    return summary

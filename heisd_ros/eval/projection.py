@@ -1,94 +1,80 @@
-"""Projection of measured decoding counters to OpenVLA-7B on a GPU (not a measurement).
+"""Projection of measured decoding counters to another machine (not a measurement).
 
-Per action the projected latency is
-
-    vision + other + target_forwards * llm_forward + drafter_forwards * drafter_forward
-        + retrievals * retrieval
-
-with the paper's per-component costs for OpenVLA-7B (vision 8 ms, one LLM forward 13.93 ms,
-retrieval 5.13 ms, other 53 ms per step). The draft-head forward cost is not given there and
-is an assumption (one LLaMA decoder layer of the 7B model plus launch overhead). A tree
-verification forward is assumed to cost one LLM forward (decoding is memory-bound at batch
-1). Verify-skipped steps enter through their lower target-forward count.
+Every decoded action's counters (``counters`` in its step record: vision, the prefill and its
+tokens, the later forwards and their tree sizes, draft-head forwards, retrievals) are priced
+by a latency profile (``heisd_ros.latency``), by the same cost function real-time evaluation
+at that profile uses; a method's projected ms per action is the mean over its actions. The
+default profile is ``openvla-7b-paper``: OpenVLA-7B on a GPU from the HeiSD paper's figures,
+every assumption named in its file.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import numpy as np
 
-#: Forwards per action of AR decoding (prefill + 6 decode forwards for 7 tokens).
-AR_TARGET_FORWARDS = 7.0
+from heisd_ros.latency.pricing import PARTS, price
+from heisd_ros.latency.profile import LatencyProfile, load_profile
+
+#: The profile a projection uses unless told otherwise.
+DEFAULT_PROFILE = "openvla-7b-paper"
 
 
-@dataclass(frozen=True)
-class ComponentCosts:
-    """Per-component latency in ms on the projected setting.
+def projected_parts(steps: list[dict], profile: LatencyProfile) -> dict[str, float]:
+    """Mean priced ms per action of each part and their ``total``.
 
-    Attributes:
-        vision_ms: vision encoder + projector, once per step.
-        llm_forward_ms: one forward of the 7B language model.
-        retrieval_ms: one vector-DB query.
-        other_ms: everything else per step (pre/post-processing, transfer).
-        drafter_forward_ms: one draft-head forward (ASSUMPTION, not from the paper).
+    ``steps``: step records carrying ``counters``; the parts are
+    ``heisd_ros.latency.pricing.PARTS``.
     """
-
-    vision_ms: float = 8.0
-    llm_forward_ms: float = 13.93
-    retrieval_ms: float = 5.13
-    other_ms: float = 53.0
-    drafter_forward_ms: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name, value in asdict(self).items():
-            if not value >= 0.0:
-                raise ValueError(f"{name}: expected a cost >= 0 ms, got {value}")
+    if not steps:
+        raise ValueError("steps: nothing to project")
+    priced = [price(s["counters"], profile) for s in steps]
+    out = {part: float(np.mean([p.parts[part] for p in priced])) for part in PARTS}
+    out["total"] = float(np.mean([p.total_ms for p in priced]))
+    return out
 
 
-def projected_ms(counters: dict, costs: ComponentCosts) -> float:
-    """Projected ms per action from per-action counters.
-
-    Args:
-        counters: ``target_forwards_per_action``, ``drafter_forwards_per_action`` and
-            ``retrievals_per_action`` (means over actions).
-        costs: component costs.
-    """
-    return (costs.vision_ms + costs.other_ms
-            + counters["target_forwards_per_action"] * costs.llm_forward_ms
-            + counters.get("drafter_forwards_per_action", 0.0) * costs.drafter_forward_ms
-            + counters.get("retrievals_per_action", 0.0) * costs.retrieval_ms)
-
-
-def project(methods: dict[str, dict], costs: ComponentCosts | None = None,
-            reference: str = "ar") -> dict:
+def project(steps_by_method: dict[str, list[dict]],
+            profile: LatencyProfile | str = DEFAULT_PROFILE, reference: str = "ar") -> dict:
     """Projected ms per action and speed-up vs AR of every method.
 
     Args:
-        methods: method name -> counters (see :func:`projected_ms`; ``skip_rate`` optional).
-        costs: component costs (default: the paper's, drafter assumed 1 ms).
-        reference: the AR method's name; its counters are used when present, else the
-            nominal 7 forwards per action.
+        steps_by_method: method name -> its step records (each with ``counters``).
+        profile: the profile (or its name / path) to price them with.
+        reference: the AR method's name; its steps are the reference (a method list without
+            it gets no speed-up).
 
     Returns:
-        {"label", "costs_ms", "assumptions", "methods": {name: {projected_ms_per_action,
-        projected_speedup_vs_ar, counters used}}}.
+        {"label", "profile", "costs_ms", "assumptions", "methods": {name: {
+        projected_ms_per_action, projected_speedup_vs_ar (None without a reference),
+        parts_ms, target_forwards_per_action, drafter_forwards_per_action,
+        retrievals_per_action, skip_rate}}}.
     """
-    costs = costs or ComponentCosts()
-    ref = methods.get(reference, {"target_forwards_per_action": AR_TARGET_FORWARDS})
-    ref_ms = projected_ms(ref, costs)
+    profile = load_profile(profile)
     rows = {}
-    for name, c in methods.items():
-        ms = projected_ms(c, costs)
-        rows[name] = {"projected_ms_per_action": ms, "projected_speedup_vs_ar": ref_ms / ms,
-                      "target_forwards_per_action": c["target_forwards_per_action"],
-                      "drafter_forwards_per_action": c.get("drafter_forwards_per_action", 0.0),
-                      "retrievals_per_action": c.get("retrievals_per_action", 0.0),
-                      "skip_rate": c.get("skip_rate", 0.0)}
-    return {"label": "PROJECTION to OpenVLA-7B on a GPU from measured counters (not measured)",
-            "costs_ms": asdict(costs),
-            "assumptions": [
-                "per-component costs from the HeiSD paper (OpenVLA-7B): vision, one LLM "
-                "forward, retrieval, other per step",
-                f"draft-head forward {costs.drafter_forward_ms} ms is an assumption",
-                "a tree verification forward costs one LLM forward (memory-bound decoding)",
-                "vision and other costs are paid every step, also when verification is skipped"],
+    for name, steps in steps_by_method.items():
+        if not steps:
+            continue
+        parts = projected_parts(steps, profile)
+        counters = [s["counters"] for s in steps]
+        rows[name] = {"projected_ms_per_action": parts["total"], "parts_ms": parts,
+                      "target_forwards_per_action": float(np.mean(
+                          [len(c["forwards"]) for c in counters])),
+                      "drafter_forwards_per_action": float(np.mean(
+                          [c["drafter_forwards"] for c in counters])),
+                      "retrievals_per_action": float(np.mean(
+                          [c["retrievals"] for c in counters])),
+                      "skip_rate": float(np.mean([bool(c["unverified"]) for c in counters]))}
+    ref = rows.get(reference)
+    for row in rows.values():
+        row["projected_speedup_vs_ar"] = (ref["projected_ms_per_action"]
+                                          / row["projected_ms_per_action"]
+                                          if ref is not None else None)
+    costs = {k: v for k, v in profile.to_dict().items()
+             if k.endswith("_ms") and isinstance(v, float)}
+    return {"label": f"PROJECTION to {profile.description or profile.name} (profile "
+                     f"{profile.name}) from measured counters (not measured)",
+            "profile": profile.name, "costs_ms": costs,
+            "assumptions": list(profile.assumptions)
+            + ["a check behind is not in the mean: it runs after the command (real-time "
+               "evaluation at the profile charges the wait it causes)"],
             "methods": rows}

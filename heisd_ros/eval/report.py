@@ -169,15 +169,18 @@ def write_markdown(path: str | Path, title: str, sections: Sequence[tuple[str, s
 
 
 def projection_markdown(projection: dict) -> str:
-    """The projection section: label, assumptions and a table per method."""
+    """The projection section: label, the profile's costs and assumptions, a row per method."""
+    def speedup(r) -> str:
+        ratio = r["projected_speedup_vs_ar"]
+        return "-" if ratio is None else f"{ratio:.2f}x"
+
     rows = [[name, f"{r['target_forwards_per_action']:.2f}",
              f"{r['drafter_forwards_per_action']:.2f}", f"{r['retrievals_per_action']:.2f}",
-             f"{r['skip_rate']:.2f}",
-             f"{r['projected_ms_per_action']:.1f}", f"{r['projected_speedup_vs_ar']:.2f}x"]
+             f"{r['skip_rate']:.2f}", f"{r['projected_ms_per_action']:.1f}", speedup(r)]
             for name, r in projection["methods"].items()]
     costs = ", ".join(f"{k} {v:g}" for k, v in projection["costs_ms"].items())
     return (f"**{projection['label']}.**\n\nComponent costs (ms): {costs}.\n\nAssumptions:\n"
             + "\n".join(f"- {a}" for a in projection["assumptions"]) + "\n\n"
             + markdown_table(["method", "target fwd/action", "drafter fwd/action",
-                              "retrievals/action", "skip rate", "projected ms/action",
+                              "retrievals/action", "unverified share", "projected ms/action",
                               "projected speed-up"], rows))

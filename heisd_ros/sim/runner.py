@@ -102,11 +102,18 @@ class RealTime:
             background work).
         clock: wall clock in seconds (tests inject a fake one the policy advances).
         sleep: waits a number of wall seconds (tests inject one that advances their clock).
+        profile: a ``heisd_ros.latency.LatencyProfile``: a decision's latency is not the
+            wall time of ``act`` but its step record's ``counters`` priced by the profile
+            (times ``time_scale``), plus the time it waits for a check behind that still
+            holds the device (``heisd_ros.latency.DeviceTimeline``). Deterministic: the same
+            seeds give the same episodes on any machine at any load; no pacing is needed
+            (``pace`` must stay False). The policy must return stats with ``counters``.
     """
 
     time_scale: float = 1.0
     camera_rate_hz: float = 30.0
     pace: bool = False
+    profile: Any = None
     clock: Callable[[], float] = field(default=time.perf_counter, compare=False, repr=False)
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
 
@@ -119,6 +126,15 @@ class RealTime:
         if not callable(self.clock):
             raise ValueError(f"clock: expected a callable returning seconds, got "
                              f"{type(self.clock).__name__}")
+        if self.profile is not None:
+            from heisd_ros.latency.profile import LatencyProfile
+
+            if not isinstance(self.profile, LatencyProfile):
+                raise ValueError(f"profile: expected a LatencyProfile or None, got "
+                                 f"{type(self.profile).__name__}")
+            if self.pace:
+                raise ValueError("pace: a run at a latency profile is priced, not paced; "
+                                 "leave pace False")
 
 
 def run_episodes(policy: Any, suite: str, task: str, n: int, seed: int,
@@ -219,6 +235,11 @@ def _realtime_episode(env: PiperSimEnv, act: Callable[[Observation], Any], polic
 
     previous_start: float | None = None
     previous_record: dict | None = None
+    timeline = None
+    if realtime.profile is not None:
+        from heisd_ros.latency.pricing import DeviceTimeline
+
+        timeline = DeviceTimeline(realtime.profile, realtime.time_scale)
     wall_start = realtime.clock()
     while True:
         earliest = done * dt if previous_start is None else max(done * dt,
@@ -244,6 +265,13 @@ def _realtime_episode(env: PiperSimEnv, act: Callable[[Observation], Any], polic
         latency_s = realtime.clock() - began
         action, stats = split_output(output)
         world_latency_s = latency_s * realtime.time_scale
+        priced = None
+        if timeline is not None:
+            if stats is None or "counters" not in stats:
+                raise ValueError("profile: the policy's stats carry no 'counters' to price "
+                                 "(a decoder policy's step record has them)")
+            priced = timeline.decide(start, stats["counters"])
+            world_latency_s = priced.latency_ms / 1e3
         apply_step = step_at(start + world_latency_s)
         if apply_step >= budget:           # the command would land when the time is up
             result.success = advance_to(budget)
@@ -255,6 +283,11 @@ def _realtime_episode(env: PiperSimEnv, act: Callable[[Observation], Any], polic
         record = stats if stats is not None else {}
         record.update(rt_latency_ms=latency_s * 1e3, rt_world_latency_ms=world_latency_s * 1e3,
                       rt_period_ms=None, rt_late=bool(world_latency_s > period))
+        if priced is not None:
+            record.update(rt_device_wait_ms=priced.wait_ms,
+                          rt_priced_ms={k: v * realtime.time_scale
+                                        for k, v in priced.priced.parts.items()},
+                          rt_check_ms=priced.priced.check_ms * realtime.time_scale)
         result.stats.append(record)
         result.commands += 1
         result.steps = result.commands

@@ -144,12 +144,51 @@ def run_decode(args) -> dict:
         hybrid_info = None
     modes = {m: build_decoder(m, resources) for m in methods}
     records = run_interleaved(modes, scenes[args.warmup:], warmup=scenes[:args.warmup])
-    return {"target": description, "drafter": choice and choice.description,
+    fitted = (fit_latency_profile(args, records, target, description)
+              if args.latency_profile_out else None)
+    return {"latency_profile": fitted, "target": description,
+            "drafter": choice and choice.description,
             "drafter_untrained": bool(choice and choice.untrained),
             "observations": args.observations, "hybrid": hybrid_info, "warmup": args.warmup,
             "seed": args.seed, "threads": torch.get_num_threads(),
             "tree": asdict(tree), "relaxed_radius_bins": list(radius),
             "modes": summarise(records)}
+
+
+def fit_latency_profile(args, records, target, description: str) -> dict:
+    """Fit a profile to ``records``' stage times, write it, and say what it predicts."""
+    import platform
+
+    import torch
+
+    from heisd_ros.latency.counters import DecisionCounters
+    from heisd_ros.latency.fit import fit_profile, prediction
+    from heisd_ros.latency.profile import save_profile
+
+    out = Path(args.latency_profile_out)
+    device = target.device
+    if device.type == "cuda":
+        machine = torch.cuda.get_device_name(device)
+    else:
+        machine = (f"{platform.processor() or platform.machine()} CPU, "
+                   f"{torch.get_num_threads()} threads")
+    samples = [(DecisionCounters.from_stats(r.result.stats), r.result.stats.stage_ms)
+               for r in records]
+    command = "heisd-bench decode " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else \
+        "heisd-bench decode"
+    profile = fit_profile(samples, name=args.profile_name or out.stem,
+                          description=f"{description} on {machine}",
+                          check_occupies="device" if device.type == "cuda" else "core",
+                          sources=command)
+    save_profile(profile, out, header=f"Fitted by {command}\nMachine: {machine}\n"
+                                      f"Model: {description}")
+    steps: dict[str, list[dict]] = {}
+    for r in records:
+        steps.setdefault(r.mode, []).append(
+            {"counters": DecisionCounters.from_stats(r.result.stats).to_dict(),
+             "stage_ms": dict(r.result.stats.stage_ms)})
+    return {"path": str(out), "profile": profile.to_dict(),
+            "prediction": prediction(steps, profile)}
 
 
 def _hybrid_resources(args, target, resources, methods: list[str]) -> tuple[list, dict]:
@@ -500,6 +539,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="comma-separated names of the method table (AR always runs; "
                              f"default: {','.join(DEFAULT_METHODS)}, with --db also "
                              f"{','.join(DEFAULT_DB_METHODS)})")
+    decode.add_argument("--latency-profile-out", default=None, metavar="FILE",
+                        help="fit a latency profile (YAML) to the stage times measured here, "
+                             "for heisd-eval --real-time --latency-profile FILE; the JSON gets "
+                             "its prediction of each method's mean step latency")
+    decode.add_argument("--profile-name", default=None,
+                        help="name of the fitted profile (default: the file's stem)")
     decode.add_argument("--router-stats", default=None)
     decode.add_argument("--calibration", default=None, help="heisd-calibrate JSON")
     decode.add_argument("--retrieval-k", type=int, default=4)
@@ -571,6 +616,12 @@ def main(argv=None) -> int:
             print(f"heisd-bench: {err}", file=sys.stderr)
             return 2
         print(format_table(result["modes"]))
+        if result["latency_profile"]:
+            fitted = result["latency_profile"]
+            print(f"latency profile written to {fitted['path']}; predicted / measured mean "
+                  "ms per action: " + ", ".join(
+                      f"{m} {p['predicted_with_waits_ms']:.1f} / {p['measured_ms']:.1f}"
+                      for m, p in fitted["prediction"].items()))
     elif args.command == "retrieval":
         result = run_retrieval(args)
         print(format_retrieval(result))

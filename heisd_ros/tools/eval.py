@@ -65,8 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "frame's time on the wall clock (shorter; but a check behind then "
                         "gets no wall time between decisions)")
     add_decoder_arguments(p, closed_loop=True)
-    p.add_argument("--drafter-ms", type=float, default=1.0,
-                   help="assumed draft-head forward cost on the projected GPU, ms")
+    p.add_argument("--latency-profile", default=None, metavar="PROFILE",
+                   help="with --real-time: a decision's latency is its counters priced by this "
+                        "profile (a shipped name such as openvla-7b-paper, a YAML file from "
+                        "heisd-bench decode --latency-profile-out, or fixed:<ms>), not the wall "
+                        "clock: deterministic, unpaced, every worker the machine has. Also the "
+                        "projection's profile (default openvla-7b-paper)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--workers", type=int, default=1,
                    help="processes sharing the tasks (each loads the models; give each "
@@ -129,7 +133,7 @@ def run(args):
     from heisd_ros.eval.closed_loop import summarise_by_suite
     from heisd_ros.eval.job_results import JobResults
     from heisd_ros.eval.methods import check_methods
-    from heisd_ros.eval.projection import ComponentCosts, project
+    from heisd_ros.eval.projection import DEFAULT_PROFILE, project
 
     methods = check_methods(args.methods)
     tasks = _tasks(args.suites, args.tasks)
@@ -195,10 +199,12 @@ def run(args):
     if timing["mode"] == "real_time":   # a lockstep config (and report) stays as it was
         config.update(real_time=True, time_scale=timing["time_scale"],
                       camera_rate_hz=timing["camera_rate_hz"], pace=timing.get("pace", True))
-    costs = ComponentCosts(drafter_forward_ms=args.drafter_ms)
+        if timing.get("latency_profile"):
+            config["latency_profile"] = timing["latency_profile"]["name"]
     desc = {k: v for k, v in desc.items() if k != "timing"}
+    steps = {m: [s for r in runs if r.method == m for s in r.steps] for m in methods}
     result = {**desc, "timing": timing, "config": config, "suites": suites,
-              "projection": project(suites["all"], costs),
+              "projection": project(steps, args.latency_profile or DEFAULT_PROFILE),
               "episodes": [_episode_entry(r) for r in runs]}
     return result, runs
 
@@ -235,7 +241,15 @@ def _timing(args) -> dict:
     except ValueError as err:
         option = "--" + str(err).split(":", 1)[0].replace("_", "-")
         raise ValueError(f"{option}: {err}") from err
-    return {"mode": "real_time", **values, "pace": args.pace is not False}
+    if args.latency_profile is None:
+        return {"mode": "real_time", **values, "pace": args.pace is not False}
+    from heisd_ros.latency.profile import load_profile
+
+    if args.pace is not None:
+        raise ValueError("--no-pace: a run at --latency-profile is never paced (its latency "
+                         "is priced, not timed)")
+    profile = load_profile(args.latency_profile)
+    return {"mode": "real_time", **values, "pace": False, "latency_profile": profile.to_dict()}
 
 
 def _realtime(args):
@@ -245,13 +259,20 @@ def _realtime(args):
     timing = _timing(args)
     if timing["mode"] == "lockstep":
         return None
+    profile = timing.get("latency_profile")
+    if profile is not None:
+        from heisd_ros.latency.profile import LatencyProfile
+
+        profile = LatencyProfile.from_dict(profile)
     return RealTime(time_scale=timing["time_scale"], camera_rate_hz=timing["camera_rate_hz"],
-                    pace=timing.get("pace", True))
+                    pace=timing.get("pace", True), profile=profile)
 
 
 def _describe_timing(timing: dict) -> str:
     if timing.get("mode") == "real_time":
         pace = "" if timing.get("pace", True) else ", --no-pace"
+        if timing.get("latency_profile"):
+            pace = f", --latency-profile {timing['latency_profile']['name']}"
         return (f"in real time (--time-scale {timing['time_scale']}, --camera-rate-hz "
                 f"{timing['camera_rate_hz']}{pace})")
     return "in lockstep"
@@ -328,12 +349,33 @@ def _run_tasks(args, methods, tasks, finished=None):
             # Router statistics are per suite, so the decoders are built per suite.
             ctx.resources.router_stats = router_stats_for(suite, args.router_stats, args.db)
             decoders = {m: build_method(m, ctx) for m in methods}
+            if realtime is not None and realtime.profile is not None:
+                price_paths(decoders.values(), realtime.profile)
             runs += run_interleaved_episodes(decoders, [p for p in tasks if p[0] == suite],
                                              args.episodes, args.seed, args.max_steps,
                                              sim_config, progress, realtime=realtime)
     finally:
         ctx.close()
     return runs, desc
+
+
+def price_paths(decoders, profile) -> None:
+    """Decoders that choose between exact decode paths by cost choose by ``profile``'s prices.
+
+    Their choice then does not depend on this machine's load, so a run at a latency profile
+    repeats exactly.
+    """
+    from functools import partial
+
+    from heisd_ros.latency.pricing import work_ms
+
+    for decoder in decoders:
+        if hasattr(decoder, "path_pricing"):
+            decoder.path_pricing = partial(_priced_work, work_ms, profile)
+
+
+def _priced_work(work_ms, profile, stats, prefill: bool) -> float:
+    return work_ms(stats, profile, prefill)
 
 
 def _jobs(tasks, max_steps: int | None) -> list[tuple[str, list[tuple[str, str]]]]:

@@ -79,8 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="replay at most this many primary frames per second (default: every "
                         "frame)")
     add_decoder_arguments(p)
-    p.add_argument("--drafter-ms", type=float, default=1.0,
-                   help="assumed draft-head forward cost on the projected GPU, ms")
+    p.add_argument("--latency-profile", default="openvla-7b-paper",
+                   help="profile the projection prices each action's counters with: a shipped "
+                        "name, a YAML file (heisd-bench decode --latency-profile-out) or "
+                        "fixed:<ms> (default: openvla-7b-paper)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--json", default=None, help="write the results here")
@@ -144,10 +146,12 @@ def run(args) -> dict:
         context_from_args,
         router_stats_for,
     )
-    from heisd_ros.eval.projection import ComponentCosts, project
+    from heisd_ros.eval.projection import project
     from heisd_ros.eval.replay import replay_frames, summarise_replay
+    from heisd_ros.latency.profile import load_profile
 
     methods = check_methods(args.methods)
+    profile = load_profile(args.latency_profile)   # before the bag and the models
     topics = resolve_topics(args)
     options = frame_options(args)
     info = inspect_bag(args.bag, topics, options)
@@ -178,7 +182,8 @@ def run(args) -> dict:
             "pairing": pairing.as_dict(), "frame_options": dataclasses.asdict(options),
             "warnings": list(info.warnings), "instruction": instruction,
             **desc, "methods": summary,
-            "projection": project(summary, ComponentCosts(drafter_forward_ms=args.drafter_ms)),
+            "projection": project({m: [f["methods"][m] for f in frames] for m in methods},
+                                  profile),
             "frames": frames}
 
 
