@@ -205,3 +205,46 @@ def test_priced_real_time_needs_counters_and_no_pacing():
         run_episodes(lambda obs: np.zeros(7), "piper_goal", "red_block_on_plate", 1, 0, 3,
                      env=env, realtime=RealTime(profile=PROFILE))
     assert math.isinf(DeviceTimeline(PROFILE).busy_until_s)
+
+
+# ---------------------------------------------------------------- heisd-eval at profiles
+def test_eval_at_fixed_latencies_and_the_sweep(tiny_target_path, tmp_path, capsys):
+    """AR at 0 ms and 300 ms of fixed latency; the sweep reads both runs back."""
+    import json
+
+    from heisd_ros.tools import eval as eval_tool
+
+    common = ["--suites", "piper_goal", "--tasks", "red_block_on_plate", "--episodes", "1",
+              "--max-steps", "6", "--image-size", "32", "--methods", "ar", "--target",
+              tiny_target_path, "--threads", "1", "--real-time"]
+    paths = []
+    for ms in (0, 300):
+        path = tmp_path / f"fixed{ms}" / "e.json"
+        assert eval_tool.main([*common, "--latency-profile", f"fixed:{ms}", "--json",
+                               str(path)]) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+        assert f"profile fixed:{ms}: predicted / measured mean ms per action here" in out
+        result = json.loads(path.read_text())
+        rt = result["suites"]["all"]["ar"]["real_time"]
+        assert rt["command_age_ms"]["p50"] == rt["command_age_ms"]["p99"] == ms
+        assert rt["late_share"] == (1.0 if ms else 0.0)
+        assert result["profile_prediction"]["ar"]["predicted_ms"] == ms
+        paths.append(str(path))
+    # 0.6 s of world time: 6 commands at 0 ms; at 300 ms one lands at 0.3 s, the next decision
+    # (frame at 0.3 s) would land at 0.6 s, when the time is up.
+    runs = [json.loads(open(p).read())["episodes"][0] for p in paths]
+    assert [r["commands"] for r in runs] == [6, 1] or runs[0]["success"]
+    report = tmp_path / "sweep"
+    assert eval_tool.main(["--sweep", *paths, "--report", str(report)]) == 0
+    table = capsys.readouterr().out
+    assert "fixed:0" in table and "fixed:300" in table and "world s to success" in table
+    assert (report / "sweep.png").stat().st_size > 10_000
+    assert "fixed:300" in (report / "sweep.md").read_text()
+    # A lockstep run is refused, and so is --no-pace at a profile.
+    lock = tmp_path / "lock.json"
+    assert eval_tool.main([*common[:-1], "--json", str(lock)]) == 0
+    capsys.readouterr()
+    assert eval_tool.main(["--sweep", paths[0], str(lock)]) == 2
+    assert "--real-time run" in capsys.readouterr().err
+    assert eval_tool.main([*common, "--latency-profile", "fixed:0", "--no-pace"]) == 2
+    assert "never paced" in capsys.readouterr().err

@@ -45,7 +45,7 @@ def project(steps_by_method: dict[str, list[dict]],
 
     Returns:
         {"label", "profile", "costs_ms", "assumptions", "methods": {name: {
-        projected_ms_per_action, projected_speedup_vs_ar (None without a reference),
+        projected_ms_per_action, projected_speedup_vs_ar (None without a reference or at 0 ms),
         parts_ms, target_forwards_per_action, drafter_forwards_per_action,
         retrievals_per_action, skip_rate}}}.
     """
@@ -68,7 +68,8 @@ def project(steps_by_method: dict[str, list[dict]],
     for row in rows.values():
         row["projected_speedup_vs_ar"] = (ref["projected_ms_per_action"]
                                           / row["projected_ms_per_action"]
-                                          if ref is not None else None)
+                                          if ref is not None and row["projected_ms_per_action"]
+                                          else None)
     costs = {k: v for k, v in profile.to_dict().items()
              if k.endswith("_ms") and isinstance(v, float)}
     return {"label": f"PROJECTION to {profile.description or profile.name} (profile "

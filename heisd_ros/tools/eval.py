@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "also curve.md and curve.png)")
     p.add_argument("--curve-key", default="max_unverified_run",
                    help="the config setting the --curve runs differ in")
+    p.add_argument("--sweep", nargs="+", default=None, metavar="RUN_JSON",
+                   help="no evaluation: success, world time to success and late share against "
+                        "decision latency over these earlier --real-time runs' --json files "
+                        "(one per --latency-profile; with --report also sweep.md and sweep.png)")
     return p
 
 
@@ -108,6 +112,28 @@ def curve(args) -> int:
         md = report.write_markdown(
             Path(args.report) / "curve.md", f"Success against speed over {args.curve_key}",
             [("Runs", "\n".join(f"- {p}" for p in args.curve)),
+             ("Table", report.markdown_table(*table))], [png])
+        print(f"report: {md}")
+    return 0
+
+
+def sweep(args) -> int:
+    """``--sweep``: the latency sweep's table (and plot) of earlier runs; exit 2 on bad runs."""
+    from heisd_ros.eval import report
+    from heisd_ros.eval import sweep as sweeps
+
+    try:
+        points = sweeps.sweep_points(sweeps.load_runs(args.sweep))
+    except ValueError as err:
+        print(f"heisd-eval: {err}", file=sys.stderr)
+        return 2
+    table = sweeps.sweep_table(points)
+    print(report.format_table(*table))
+    if args.report:
+        png = sweeps.plot_sweep(Path(args.report) / "sweep.png", points)
+        md = report.write_markdown(
+            Path(args.report) / "sweep.md", "Success against decision latency",
+            [("Runs", "\n".join(f"- {p}" for p in args.sweep)),
              ("Table", report.markdown_table(*table))], [png])
         print(f"report: {md}")
     return 0
@@ -203,7 +229,14 @@ def run(args):
             config["latency_profile"] = timing["latency_profile"]["name"]
     desc = {k: v for k, v in desc.items() if k != "timing"}
     steps = {m: [s for r in runs if r.method == m for s in r.steps] for m in methods}
-    result = {**desc, "timing": timing, "config": config, "suites": suites,
+    prediction = None
+    if args.latency_profile:   # the profile's prediction of what was measured here
+        from heisd_ros.latency.fit import prediction as predict
+        from heisd_ros.latency.profile import load_profile
+
+        prediction = predict(steps, load_profile(args.latency_profile))
+    result = {"profile_prediction": prediction, **desc, "timing": timing, "config": config,
+              "suites": suites,
               "projection": project(steps, args.latency_profile or DEFAULT_PROFILE),
               "episodes": [_episode_entry(r) for r in runs]}
     return result, runs
@@ -498,8 +531,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.curve:
         return curve(args)
+    if args.sweep:
+        return sweep(args)
     if not args.suites:
-        print("heisd-eval: --suites is required (or --curve RUN_JSON ...)", file=sys.stderr)
+        print("heisd-eval: --suites is required (or --curve / --sweep RUN_JSON ...)",
+              file=sys.stderr)
         return 2
     from heisd_ros.eval import report
     from heisd_ros.eval.closed_loop import table_rows, write_eval_report
@@ -523,8 +559,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{suite}:")
         print(report.format_table(*table_rows(summary)))
     print("\n" + result["projection"]["label"] + ": " + ", ".join(
-        f"{n} {r['projected_speedup_vs_ar']:.2f}x"
+        f"{n} " + ("-" if r["projected_speedup_vs_ar"] is None
+                   else f"{r['projected_speedup_vs_ar']:.2f}x")
         for n, r in result["projection"]["methods"].items()))
+    if result["profile_prediction"]:
+        print(f"profile {result['projection']['profile']}: predicted / measured mean ms per "
+              "action here: " + ", ".join(
+                  f"{n} {p['predicted_with_waits_ms']:.1f} / {p['measured_ms']:.1f} "
+                  f"({p['error']:+.1%})" for n, p in result["profile_prediction"].items()))
     if args.report:
         result["report_files"] = write_eval_report(args.report, result, runs)
         print(f"report: {result['report_files']['markdown']}")

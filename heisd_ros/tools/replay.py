@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     print(result["pairing"]["line"])
     print(report.format_table(*table_rows(result["methods"])))
     print(result["projection"]["label"] + ": " + ", ".join(
-        f"{n} {r['projected_speedup_vs_ar']:.2f}x"
+        f"{n} " + ("-" if r["projected_speedup_vs_ar"] is None
+                   else f"{r['projected_speedup_vs_ar']:.2f}x")
         for n, r in result["projection"]["methods"].items()))
     if args.report:
         result["report_files"] = write_replay_report(args.report, result)
