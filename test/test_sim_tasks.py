@@ -18,7 +18,8 @@ HOLD = np.zeros(7)
 
 
 def test_suites_have_the_promised_shape():
-    assert set(list_suites()) == {"piper_spatial", "piper_object", "piper_goal", "piper_long"}
+    assert set(list_suites()) == {"piper_spatial", "piper_object", "piper_goal", "piper_long",
+                                  "piper_dynamic"}
     for suite in list_suites():
         assert len(list_tasks(suite)) >= 3
     assert all(len(get_task("piper_long", t).goals) == 2 for t in list_tasks("piper_long"))

@@ -24,6 +24,7 @@ from heisd_ros.data.observation import Observation, check_action
 from heisd_ros.robot.base import RobotState
 from heisd_ros.sim.arm_geometry import GRIPPER_RANGE_M
 from heisd_ros.sim.config import SimConfig
+from heisd_ros.sim.conveyor import ConveyorDrive
 from heisd_ros.sim.ik import FlangeIK
 from heisd_ros.sim.predicates import task_success
 from heisd_ros.sim.rendering import CameraRig
@@ -75,8 +76,11 @@ class PiperSimEnv:
         self.model = mujoco.MjModel.from_xml_string(build_scene_xml(
             task.objects, task.fixtures, image_width_px=cfg.image_width_px,
             image_height_px=cfg.image_height_px, third_person_fovy_deg=cfg.third_person_fovy_deg,
-            wrist_fovy_deg=cfg.wrist_fovy_deg, physics_timestep_s=cfg.physics_timestep_s))
+            wrist_fovy_deg=cfg.wrist_fovy_deg, physics_timestep_s=cfg.physics_timestep_s,
+            conveyor=task.conveyor))
         self.data = mujoco.MjData(self.model)
+        self._conveyor = (ConveyorDrive(self.model, task.conveyor)
+                          if task.conveyor is not None else None)
         self._ik = FlangeIK(self.model)
         self._cameras = CameraRig(self.model, cfg.image_width_px, cfg.image_height_px,
                                   enabled=cfg.render)
@@ -104,12 +108,24 @@ class PiperSimEnv:
         self.episode_seed = int(seed)
         mujoco.mj_resetData(self.model, self.data)
         layout = self.task.layout(rng)
+        belt = self._conveyor
+        if belt is not None:  # its speed is drawn after the layout, before the arm's jitter
+            belt.reset(self.data, layout, rng)
         for spec in self.task.objects:
             x, y, yaw = layout[spec.name]
-            adr = self.model.jnt_qposadr[self.model.body_jntadr[self._body(spec.name)]]
-            self.data.qpos[adr:adr + 3] = (x, y, spec.half_height_m + 0.001)
+            joint = self.model.body_jntadr[self._body(spec.name)]
+            adr, dof = self.model.jnt_qposadr[joint], self.model.jnt_dofadr[joint]
+            z = spec.half_height_m + 0.001
+            if belt is not None and belt.carries(x, y):
+                # On the belt, and already moving with it: no slip at the start.
+                z += belt.spec.thickness_m
+                self.data.qvel[dof + 1] = belt.speed_m_per_s
+            self.data.qpos[adr:adr + 3] = (x, y, z)
             self.data.qpos[adr + 3:adr + 7] = _quat_wxyz_from_yaw(yaw)
+        mounted = belt.spec.mounted if belt is not None else ()
         for spec in self.task.fixtures:
+            if spec.name in mounted:  # rides the belt: placed by the belt's start
+                continue
             x, y, yaw = layout[spec.name]
             mocap = self.model.body_mocapid[self._body(spec.name)]
             self.data.mocap_pos[mocap] = (x, y, 0.0)
@@ -284,6 +300,26 @@ class PiperSimEnv:
     def body_rot(self, name: str) -> np.ndarray:
         """Rotation matrix of body ``name``."""
         return self.data.xmat[self._body(name)].reshape(3, 3).copy()
+
+    @property
+    def conveyor_speed_m_per_s(self) -> float:
+        """This episode's belt speed along +y (m/s); 0 without a conveyor."""
+        return self._conveyor.speed_m_per_s if self._conveyor is not None else 0.0
+
+    def body_velocity_mps(self, name: str) -> np.ndarray:
+        """Linear velocity (m/s, base frame) of body ``name``, also one carried by another.
+
+        A free body's is its joint velocity; any other body's (a fixture riding the belt, a
+        mocap body: zero) is its frame's velocity from the kinematic tree.
+        """
+        body = self._body(name)
+        if self.model.body_jntnum[body] > 0 and self.model.jnt_type[
+                self.model.body_jntadr[body]] == mujoco.mjtJoint.mjJNT_FREE:
+            dof = self.model.jnt_dofadr[self.model.body_jntadr[body]]
+            return self.data.qvel[dof:dof + 3].copy()
+        twist = np.zeros(6)
+        mujoco.mj_objectVelocity(self.model, self.data, mujoco.mjtObj.mjOBJ_XBODY, body, twist, 0)
+        return twist[3:].copy()
 
     def body_speed_mps(self, name: str) -> float:
         """Linear speed (m/s) of body ``name``; 0 for bodies without a joint."""

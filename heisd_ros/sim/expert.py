@@ -5,6 +5,12 @@ pose), with the profile of human demonstrations: minimum-jerk, slightly bowed tr
 up to ~0.18 m/s (<= ~2.5 cm per 10 Hz step), then a slow (<= ~0.5 cm/step) curved approach
 into contact. Per-episode randomness (hover height, approach side, speeds) and millimetre
 waypoint noise make demonstrations differ. It reads privileged object poses from the env.
+
+Things a conveyor carries are intercepted: a segment towards a moving object (or a moving
+target) is planned as if it stood still and then carried along with it, waypoint by
+waypoint, by its velocity times the time that waypoint is reached. So the tool arrives where
+the object will be, and the approach into contact looks, relative to the object, the same as
+on a still table.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ _TCP_LOCAL = np.array([0.0, 0.0, TCP_OFFSET_M])
 _MIN_TRANSIT_RADIUS_M = 0.22
 #: Lowest TCP height for a grasp (m): keeps the tilted finger tips off the table.
 _MIN_GRASP_Z_M = 0.03
+#: Below this speed (m/s) a body counts as still: rest jitter is not extrapolated.
+_STILL_MPS = 0.005
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,7 @@ class ScriptedExpert:
                 yield from self._pick(goal.obj)
                 if self._holding(goal.obj):
                     break
-                yield from self._release_and_retreat()
+                yield from self._release_and_retreat(self._drift_m(goal.obj))
             else:
                 return  # grasping failed; the episode will be scored a failure
             yield from self._place(goal, index)
@@ -166,19 +174,21 @@ class ScriptedExpert:
     def _pick(self, name: str) -> Iterator[_Pose]:
         spec, cfg = self.env.task.object(name), self.config
         pos = self.env.body_pos(name)
+        drift = self._drift_m(name)  # None on a still table
         rot = self._grasp_rotation(name, pos)
         grasp = np.array([pos[0], pos[1], max(pos[2] + spec.half_height_m - 0.015, _MIN_GRASP_Z_M)])
         hover = self._hover_above(grasp, pos[2] + spec.half_height_m)
-        yield from self._move(hover, rot, closed=False, fast=True)
+        yield from self._move(hover, rot, closed=False, fast=True, drift_m=drift)
         pos = self.env.body_pos(name)  # re-read: closed loop on where the object really is
         grasp[:2] = pos[:2]
         yield from self._move(grasp, rot, closed=False, fast=False,
-                              switch_last=cfg.gripper_lead_steps)
-        yield from self._hold(closed=True, steps=cfg.grasp_wait_steps)
+                              switch_last=cfg.gripper_lead_steps, drift_m=drift)
+        yield from self._hold(closed=True, steps=cfg.grasp_wait_steps, drift_m=drift)
+        # The lift keeps the belt's pace, so the belt does not drag the block in the fingers.
         lift = self._last.tcp_m.copy()
         lift[2] = cfg.carry_height_m * self._jitter()
         yield from self._move(lift, self._carry_rotation(rot, lift), closed=True, fast=True,
-                              curved=False)
+                              curved=False, drift_m=drift)
 
     def _place(self, goal: Goal, index: int) -> Iterator[_Pose]:
         spec, cfg = self.env.task.object(goal.obj), self.config
@@ -195,20 +205,31 @@ class ScriptedExpert:
         clear_z = support_z + (fixture.wall_height_m if in_basket else 0.0)
         # Start the descent once the held object's bottom clears the rim / support.
         hover = self._hover_above(place, clear_z + spec.half_height_m + held_offset_z)
-        yield from self._move(hover, rot, closed=True, fast=True)
+        drift = self._drift_m(goal.target)  # None for a target that stands still
+        planned_at = self.env.body_pos(goal.target)
+        yield from self._move(hover, rot, closed=True, fast=True, drift_m=drift)
+        if drift is not None:  # closed loop: where the moving target really is now
+            place[:2] += self.env.body_pos(goal.target)[:2] - planned_at[:2]
         yield from self._move(place, rot, closed=True, fast=False,
-                              switch_last=cfg.gripper_lead_steps)
-        yield from self._release_and_retreat()
+                              switch_last=cfg.gripper_lead_steps, drift_m=drift)
+        yield from self._release_and_retreat(drift)
 
-    def _release_and_retreat(self) -> Iterator[_Pose]:
-        yield from self._hold(closed=False, steps=self.config.release_wait_steps)
+    def _release_and_retreat(self, drift_m: np.ndarray | None = None) -> Iterator[_Pose]:
+        yield from self._hold(closed=False, steps=self.config.release_wait_steps, drift_m=drift_m)
+        # Rising with a moving object keeps the open fingers clear of it.
         up = self._last.tcp_m + np.array([0.0, 0.0, 0.07 * self._jitter()])
-        yield from self._move(up, self._last.rot, closed=False, fast=True, curved=False)
+        yield from self._move(up, self._last.rot, closed=False, fast=True, curved=False,
+                              drift_m=drift_m)
 
     # ---- segments ----------------------------------------------------------------------
     def _move(self, end_m: np.ndarray, rot: np.ndarray, *, closed: bool, fast: bool,
-              curved: bool = True, switch_last: int = 0) -> Iterator[_Pose]:
+              curved: bool = True, switch_last: int = 0,
+              drift_m: np.ndarray | None = None) -> Iterator[_Pose]:
         """Waypoints to (end_m, rot), the gripper ``closed`` or not.
+
+        ``drift_m`` (m per control step): the segment is planned in the frame of a body that
+        moves by that much per step, so waypoint i, reached at the end of step i, is shifted
+        by ``(i + 1) * drift_m`` and ``end_m`` is met where the body will be then.
 
         The last ``switch_last`` waypoints already command the other gripper state: the
         fingers start moving as the tool arrives, so the nearly still states at the end of
@@ -232,6 +253,8 @@ class ScriptedExpert:
             path = curved_approach(start.tcp_m, end_m, n)
             rots = slerp_matrices(start.rot, rot, np.linspace(1 / n, 1, n))
         path[:-1] += self._rng.normal(0.0, cfg.waypoint_noise_m, path[:-1].shape)
+        if drift_m is not None:
+            path += np.arange(1, n + 1)[:, None] * drift_m
         switch_from = n - min(switch_last, n - 1)
         for i, (point, r) in enumerate(zip(path, rots, strict=True)):
             yield _Pose(point, r, closed != (i >= switch_from))
@@ -250,9 +273,26 @@ class ScriptedExpert:
         direction = mid / radius if radius > 1e-6 else np.array([1.0, 0.0])
         return (_MIN_TRANSIT_RADIUS_M - radius) * direction
 
-    def _hold(self, *, closed: bool, steps: int) -> Iterator[_Pose]:
+    def _hold(self, *, closed: bool, steps: int,
+              drift_m: np.ndarray | None = None) -> Iterator[_Pose]:
+        """Stay still, or, with ``drift_m``, keep pace with the moving body the tool is at."""
         for _ in range(steps):
-            yield _Pose(self._last.tcp_m, self._last.rot, closed)
+            tcp = self._last.tcp_m if drift_m is None else self._last.tcp_m + drift_m
+            yield _Pose(tcp, self._last.rot, closed)
+
+    def _drift_m(self, name: str) -> np.ndarray | None:
+        """How far (m) body ``name`` moves per control step on a conveyor; None when still.
+
+        Only a scene with a conveyor moves on its own; elsewhere a body stays where it is
+        (and a nudged one is re-read, not extrapolated).
+        """
+        if self.env.task.conveyor is None:
+            return None
+        velocity = self.env.body_velocity_mps(name)
+        velocity[2] = 0.0
+        if float(np.linalg.norm(velocity)) < _STILL_MPS:
+            return None
+        return velocity / self.env.config.control_rate_hz
 
     # ---- geometry ----------------------------------------------------------------------
     def _hover_above(self, point: np.ndarray, clear_z: float) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Graspable objects and fixed receptacles of the tabletop, and their MJCF.
 
 Objects are free bodies held by contact and friction only (no weld). Receptacles (plate,
-basket) are mocap bodies: immovable in physics, but re-placed at every reset.
+basket) are mocap bodies: immovable in physics, but re-placed at every reset; or, mounted on
+a moving body (``conveyor``), plain child bodies that ride with it.
 """
 
 from __future__ import annotations
@@ -89,8 +90,12 @@ class FixtureSpec:
         """Height of the surface an object rests on, above the table (m)."""
         return 0.008 if self.kind == "plate" else 0.006
 
-    def xml(self) -> str:
-        """MJCF mocap ``<body>``: a disc, or a floor and four walls."""
+    def xml(self, *, mocap: bool = True, pos_m: tuple[float, float, float] = (0, 0, 0)) -> str:
+        """MJCF ``<body>``: a disc, or a floor and four walls.
+
+        ``mocap=False`` gives a plain body at ``pos_m`` in its parent, to mount the fixture on
+        a moving body (a conveyor belt) whose motion it then shares.
+        """
         rgba = " ".join(f"{v:g}" for v in self.rgba)
         if self.kind == "plate":
             geoms = (f'<geom name="{self.name}_floor" type="cylinder" '
@@ -107,4 +112,7 @@ class FixtureSpec:
                 geoms += (f'<geom name="{self.name}_wall{i}" type="box" '
                           f'size="{sx:g} {sy:g} {h / 2:g}" pos="{x:g} {y:g} {h / 2:g}" '
                           f'rgba="{rgba}" {_FIXTURE_GEOM}/>')
-        return f'<body name="{self.name}" mocap="true">{geoms}</body>'
+        if mocap:
+            return f'<body name="{self.name}" mocap="true">{geoms}</body>'
+        pos = " ".join(f"{v:g}" for v in pos_m)
+        return f'<body name="{self.name}" pos="{pos}">{geoms}</body>'

@@ -2,8 +2,9 @@
 
 Every check asks the physics, not the script: the object must touch the target (a MuJoCo
 contact between their geoms), lie inside the target's footprint at the right height, be
-free of the fingers, and be nearly still. So a held object hovering over the plate, an
-object balanced on the basket rim, or one falling past it all fail.
+free of the fingers, and be nearly still relative to its target (a plate riding a conveyor
+carries what rests on it). So a held object hovering over the plate, an object balanced on
+the basket rim, or one falling past it all fail.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 from heisd_ros.sim.objects import FixtureSpec, ObjectSpec
 from heisd_ros.sim.tasks import Goal, TaskSpec
 
-#: An object moving faster than this (m/s) is not "placed" yet.
+#: An object moving faster than this (m/s) relative to its target is not "placed" yet.
 MAX_REST_SPEED_MPS = 0.05
 #: Footprint margin (m): the object's centre must be this far inside the target's edge.
 FOOTPRINT_MARGIN_M = 0.01
@@ -27,8 +28,8 @@ class SceneQuery(Protocol):
     def body_pos(self, name: str) -> np.ndarray:
         """Position (m) of a body."""
 
-    def body_speed_mps(self, name: str) -> float:
-        """Linear speed (m/s) of a body."""
+    def body_velocity_mps(self, name: str) -> np.ndarray:
+        """Linear velocity (m/s) of a body, in the base frame."""
 
     def bodies_in_contact(self, body_a: str, body_b: str) -> bool:
         """True when the two bodies touch."""
@@ -40,7 +41,8 @@ class SceneQuery(Protocol):
 def goal_satisfied(scene: SceneQuery, task: TaskSpec, goal: Goal) -> bool:
     """True when ``goal`` holds in the current physics state."""
     obj = task.object(goal.obj)
-    if scene.touches_gripper(obj.name) or scene.body_speed_mps(obj.name) > MAX_REST_SPEED_MPS:
+    relative = scene.body_velocity_mps(obj.name) - scene.body_velocity_mps(goal.target)
+    if scene.touches_gripper(obj.name) or float(np.linalg.norm(relative)) > MAX_REST_SPEED_MPS:
         return False
     if not scene.bodies_in_contact(obj.name, goal.target):
         return False

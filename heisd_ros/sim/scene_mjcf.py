@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from heisd_ros.sim.conveyor import ConveyorSpec
 from heisd_ros.sim.objects import FixtureSpec, ObjectSpec
 from heisd_ros.sim.piper_mjcf import (
     arm_actuator_xml,
@@ -27,11 +28,23 @@ THIRD_PERSON_TARGET_M = np.array([0.22, 0.0, 0.10])
 def build_scene_xml(objects: Sequence[ObjectSpec], fixtures: Sequence[FixtureSpec], *,
                     image_width_px: int = 224, image_height_px: int = 224,
                     third_person_fovy_deg: float = 55.0, wrist_fovy_deg: float = 75.0,
-                    physics_timestep_s: float = 0.002) -> str:
-    """Return the MJCF text of a tabletop scene with the given objects and receptacles."""
+                    physics_timestep_s: float = 0.002,
+                    conveyor: ConveyorSpec | None = None) -> str:
+    """Return the MJCF text of a tabletop scene with the given objects and receptacles.
+
+    With a ``conveyor``, its belt is added, and the fixtures it names as mounted ride on it
+    instead of being mocap bodies.
+    """
     names = [o.name for o in objects] + [f.name for f in fixtures]
+    if conveyor is not None:
+        names.append(conveyor.name)
     if len(set(names)) != len(names):
         raise ValueError(f"objects/fixtures: names must be unique, got {names}")
+    mounted_names = set(conveyor.mounted) if conveyor is not None else set()
+    mounted = tuple(f for f in fixtures if f.name in mounted_names)
+    fixed = [f for f in fixtures if f.name not in mounted_names]
+    belt_xml = conveyor.xml(mounted) if conveyor is not None else ""
+    belt_actuator_xml = conveyor.actuator_xml() if conveyor is not None else ""
     third_axes = lookat_xyaxes(THIRD_PERSON_POS_M, THIRD_PERSON_TARGET_M, np.array([0, 0, 1.0]))
     third_pos = " ".join(f"{v:g}" for v in THIRD_PERSON_POS_M)
     # offsamples=0 and no shadows: CPU (Mesa llvmpipe) rendering cost is dominated by MSAA
@@ -65,8 +78,10 @@ def build_scene_xml(objects: Sequence[ObjectSpec], fixtures: Sequence[FixtureSpe
             fovy="{third_person_fovy_deg:g}"/>
     {arm_body_xml(wrist_fovy_deg)}
     {"".join(o.xml() for o in objects)}
-    {"".join(f.xml() for f in fixtures)}
+    {"".join(f.xml() for f in fixed)}
+    {belt_xml}
   </worldbody>
   {arm_equality_xml()}
   {arm_actuator_xml()}
+  {belt_actuator_xml}
 </mujoco>"""

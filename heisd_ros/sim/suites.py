@@ -5,12 +5,15 @@
 - ``piper_object``: the same skill (put X in the basket) for a different object per task.
 - ``piper_goal``: one scene, a different goal per task.
 - ``piper_long``: two-stage tasks; both goals must hold at the end.
+- ``piper_dynamic``: a conveyor belt moves things on its own, with world time: a slow policy
+  loses its chance, not only time (the block leaves the reachable area).
 
 Coordinates are the arm's base frame: x away from the robot, y to its left (m).
 """
 
 from __future__ import annotations
 
+from heisd_ros.sim.conveyor import ConveyorSpec
 from heisd_ros.sim.objects import FixtureSpec, ObjectSpec
 from heisd_ros.sim.tasks import Goal, TaskSpec, jittered_layout, shuffled_layout
 
@@ -111,8 +114,46 @@ def _long() -> list[TaskSpec]:
             for name, (text, goals) in tasks.items()]
 
 
+def _dynamic() -> list[TaskSpec]:
+    # One belt along y at x = 0.36 m (reach 0.29-0.43 m), running at 2-4 cm/s; the static
+    # receptacles and blocks stand nearer the robot, clear of the belt. Instructions stay
+    # within the small VLA's 48-byte cut (max_instruction_bytes), so every word reaches it.
+    forward = ConveyorSpec(x_m=0.36, half_width_m=0.07, speed_range_m_per_s=(0.02, 0.04))
+    backward = ConveyorSpec(x_m=0.36, half_width_m=0.07, speed_range_m_per_s=(-0.04, -0.02))
+    riding_plate = ConveyorSpec(x_m=0.36, half_width_m=0.07, speed_range_m_per_s=(0.02, 0.04),
+                                mounted=("plate",))
+    return [
+        # The block rides in from the right (-y) towards the left edge of reach.
+        TaskSpec(name="conveyor_block_on_plate", suite="piper_dynamic",
+                 instruction="put the moving red block on the plate",
+                 objects=(RED_BLOCK,), fixtures=(PLATE,), conveyor=forward,
+                 layout=jittered_layout({"conveyor": (0.36, -0.12), "red_block": (0.36, -0.22),
+                                         "plate": (0.17, 0.14)}, jitter_m=0.015,
+                                        fixed_yaw={"plate": 0.0, "conveyor": 0.0}),
+                 goals=(Goal("red_block", "on", "plate"),), max_steps=200),
+        # Two blocks ride in from the left (+y), in either order: the instruction picks one.
+        TaskSpec(name="conveyor_blue_block_in_basket", suite="piper_dynamic",
+                 instruction="put the moving blue block in the basket",
+                 objects=(RED_BLOCK, BLUE_BLOCK), fixtures=(BASKET,), conveyor=backward,
+                 layout=shuffled_layout(((0.36, 0.22), (0.36, 0.07)),
+                                        ("red_block", "blue_block"),
+                                        {"conveyor": (0.36, 0.12), "basket": (0.17, -0.14)},
+                                        jitter_m=0.015),
+                 goals=(Goal("blue_block", "in", "basket"),), max_steps=200),
+        # The plate rides the belt from the right; the block waits on the table.
+        TaskSpec(name="block_on_moving_plate", suite="piper_dynamic",
+                 instruction="put the red block on the moving plate",
+                 objects=(RED_BLOCK,), fixtures=(PLATE,), conveyor=riding_plate,
+                 # The mounted plate has no layout entry: it sits on the belt's centre.
+                 layout=jittered_layout({"conveyor": (0.36, -0.22), "red_block": (0.20, 0.0)},
+                                        jitter_m=0.015, fixed_yaw={"conveyor": 0.0}),
+                 goals=(Goal("red_block", "on", "plate"),), max_steps=200),
+    ]
+
+
 _SUITES: dict[str, list[TaskSpec]] = {"piper_spatial": _spatial(), "piper_object": _object(),
-                                      "piper_goal": _goal(), "piper_long": _long()}
+                                      "piper_goal": _goal(), "piper_long": _long(),
+                                      "piper_dynamic": _dynamic()}
 
 
 def list_suites() -> list[str]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from heisd_ros.sim.conveyor import ConveyorSpec
 from heisd_ros.sim.objects import FixtureSpec, ObjectSpec
 
 RELATIONS = ("on", "in")
@@ -48,6 +49,8 @@ class TaskSpec:
         layout: seeded sampler of initial (x, y, yaw) for every object and fixture.
         goals: ordered goals; success = all hold at the same time.
         max_steps: default episode length limit at the control rate.
+        conveyor: a moving belt (the layout then also gives its start as
+            ``layout[conveyor.name]``), or None for a scene that stands still.
     """
 
     name: str
@@ -58,6 +61,7 @@ class TaskSpec:
     layout: LayoutSampler
     goals: tuple[Goal, ...]
     max_steps: int = 200
+    conveyor: ConveyorSpec | None = None
 
     def __post_init__(self) -> None:
         if not self.instruction.strip():
@@ -75,6 +79,11 @@ class TaskSpec:
             if goal.target not in known:
                 raise ValueError(f"goals: target {goal.target!r} is not in task {self.name!r}; "
                                  f"known names are {sorted(known)}")
+        fixture_names = {f.name for f in self.fixtures}
+        for name in self.conveyor.mounted if self.conveyor is not None else ():
+            if name not in fixture_names:
+                raise ValueError(f"conveyor: mounted {name!r} is not a fixture of task "
+                                 f"{self.name!r}; fixtures are {sorted(fixture_names)}")
 
     def object(self, name: str) -> ObjectSpec:
         """The object called ``name``; ValueError when the task has none."""
