@@ -220,8 +220,10 @@ def test_eval_at_fixed_latencies_and_the_sweep(tiny_target_path, tmp_path, capsy
     paths = []
     for ms in (0, 300):
         path = tmp_path / f"fixed{ms}" / "e.json"
+        fit = tmp_path / f"fit{ms}.yaml"
         assert eval_tool.main([*common, "--latency-profile", f"fixed:{ms}", "--json",
-                               str(path)]) == 0, capsys.readouterr().err
+                               str(path), "--latency-profile-out", str(fit)]) == 0, \
+            capsys.readouterr().err
         out = capsys.readouterr().out
         assert f"profile fixed:{ms}: predicted / measured mean ms per action here" in out
         result = json.loads(path.read_text())
@@ -229,6 +231,11 @@ def test_eval_at_fixed_latencies_and_the_sweep(tiny_target_path, tmp_path, capsy
         assert rt["command_age_ms"]["p50"] == rt["command_age_ms"]["p99"] == ms
         assert rt["late_share"] == (1.0 if ms else 0.0)
         assert result["profile_prediction"]["ar"]["predicted_ms"] == ms
+        # The closed loop's own fit: AR's stages are its counters' prices, so it predicts them.
+        fitted = load_profile(str(fit))
+        assert fitted.name == f"fit{ms}" and fitted.vision_ms > 0 and fitted.forward_base_ms > 0
+        own = result["latency_profile_fit"]["prediction"]["ar"]
+        assert abs(own["error"]) < 0.5 and own["measured_ms"] > 0
         paths.append(str(path))
     # 0.6 s of world time: 6 commands at 0 ms; at 300 ms one lands at 0.3 s, the next decision
     # (frame at 0.3 s) would land at 0.6 s, when the time is up.

@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "also curve.md and curve.png)")
     p.add_argument("--curve-key", default="max_unverified_run",
                    help="the config setting the --curve runs differ in")
+    p.add_argument("--latency-profile-out", default=None, metavar="FILE",
+                   help="fit a latency profile (YAML) to the stage times of this run's decisions "
+                        "(closed loop, as the robot computer runs them; heisd-bench decode "
+                        "--latency-profile-out fits on the decoder alone)")
     p.add_argument("--sweep", nargs="+", default=None, metavar="RUN_JSON",
                    help="no evaluation: success, world time to success and late share against "
                         "decision latency over these earlier --real-time runs' --json files "
@@ -235,11 +239,35 @@ def run(args):
         from heisd_ros.latency.profile import load_profile
 
         prediction = predict(steps, load_profile(args.latency_profile))
-    result = {"profile_prediction": prediction, **desc, "timing": timing, "config": config,
-              "suites": suites,
+    fitted = _fit_profile(args, steps) if args.latency_profile_out else None
+    result = {"profile_prediction": prediction, "latency_profile_fit": fitted, **desc,
+              "timing": timing, "config": config, "suites": suites,
               "projection": project(steps, args.latency_profile or DEFAULT_PROFILE),
               "episodes": [_episode_entry(r) for r in runs]}
     return result, runs
+
+
+def _fit_profile(args, steps: dict[str, list[dict]]) -> dict:
+    """``--latency-profile-out``: fit a profile to the run's measured decisions and write it."""
+    import platform
+
+    import torch
+
+    from heisd_ros.latency.counters import DecisionCounters
+    from heisd_ros.latency.fit import fit_profile, prediction
+    from heisd_ros.latency.profile import save_profile
+
+    out = Path(args.latency_profile_out)
+    samples = [(DecisionCounters.from_dict(s["counters"]), s["stage_ms"])
+               for records in steps.values() for s in records]
+    machine = (f"{platform.processor() or platform.machine()} CPU, {_threads()} threads, "
+               f"{args.workers} worker(s), torch {torch.__version__}")
+    command = "heisd-eval " + " ".join(sys.argv[1:])
+    profile = fit_profile(samples, name=out.stem, description=f"closed loop on {machine}",
+                          check_occupies="core", sources=command)
+    save_profile(profile, out, header=f"Fitted by {command}\nMachine: {machine}")
+    return {"path": str(out), "profile": profile.to_dict(),
+            "prediction": prediction(steps, profile)}
 
 
 def _episode_entry(run) -> dict:
