@@ -69,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --real-time: a decision's latency is its counters priced by this "
                         "profile (a shipped name such as openvla-7b-paper, a YAML file from "
                         "heisd-bench decode --latency-profile-out, or fixed:<ms>), not the wall "
-                        "clock: deterministic, unpaced, every worker the machine has. Also the "
-                        "projection's profile (default openvla-7b-paper)")
+                        "clock: deterministic, unpaced, every worker the machine has; the "
+                        "retrieval deadline is then off unless given (retrieval is priced). Also "
+                        "the projection's profile (default openvla-7b-paper)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--workers", type=int, default=1,
                    help="processes sharing the tasks (each loads the models; give each "
@@ -172,6 +173,10 @@ def run(args):
     if args.resume and not args.json:
         raise ValueError("--resume needs --json: a run keeps its finished tasks next to it")
     timing = _timing(args)
+    if timing.get("latency_profile") and args.retrieval_deadline_ms is None:
+        # Priced, not timed: retrieval costs the profile's retrieval_ms, and a wall-clock
+        # deadline would make the run depend on this machine's load.
+        args.retrieval_deadline_ms = 0.0
     jobs = _jobs(tasks, args.max_steps)
     store = JobResults(args.json, _fingerprint(args, methods, tasks)) if args.json else None
     if store is not None and not args.resume:
