@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 
 
-def load_runs(paths) -> list[dict]:
+def load_runs(paths, option: str = "--curve") -> list[dict]:
     """The JSON results of ``heisd-eval --json`` (ValueError naming an unreadable one)."""
     runs = []
     for path in paths:
         try:
             runs.append(json.loads(Path(path).read_text(encoding="utf-8")))
         except (OSError, ValueError) as err:
-            raise ValueError(f"--curve: cannot read {path}: {err}") from err
+            raise ValueError(f"{option}: cannot read {path}: {err}") from err
     return runs
 
 

@@ -128,7 +128,7 @@ def sweep(args) -> int:
     from heisd_ros.eval import sweep as sweeps
 
     try:
-        points = sweeps.sweep_points(sweeps.load_runs(args.sweep))
+        points = sweeps.sweep_points(sweeps.load_runs(args.sweep, "--sweep"))
     except ValueError as err:
         print(f"heisd-eval: {err}", file=sys.stderr)
         return 2
