@@ -260,7 +260,9 @@ def test_a_kept_part_records_its_timing(tiny_target_path, tmp_path, monkeypatch)
         kept = json.load(f)
     assert kept["desc"]["timing"] == {"mode": "real_time", "time_scale": 1.0,
                                       "camera_rate_hz": 15.0, "pace": True}
-    assert kept["runs"][0]["commands"] >= 1
+    # The whole budget of world time, whatever the load (a decision slower than the budget
+    # applies no command, so the command count would depend on the machine).
+    assert kept["runs"][0]["world_time_s"] == pytest.approx(0.2) or kept["runs"][0]["success"]
 
 
 def test_paced_decisions_start_at_their_frames_time_on_the_wall_clock():
