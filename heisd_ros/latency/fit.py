@@ -121,3 +121,23 @@ def prediction(steps_by_method: dict[str, list[dict]], profile: LatencyProfile) 
                      "predicted_with_waits_ms": predicted,
                      "error": predicted / measured - 1.0 if measured > 0 else None}
     return out
+
+
+def fit_and_save(steps_by_method: dict[str, list[dict]], path, *, name: str, description: str,
+                 check_occupies: str, command: str, machine: str) -> dict:
+    """Fit a profile to step records (``counters`` + ``stage_ms``), write it to ``path``.
+
+    Returns {"path", "profile" (its dict), "prediction" (:func:`prediction` of the same steps)}.
+    ``command`` and ``machine`` go into the file's header and every figure's source.
+    """
+    from pathlib import Path
+
+    from heisd_ros.latency.profile import save_profile
+
+    samples = [(DecisionCounters.from_dict(s["counters"]), s["stage_ms"])
+               for steps in steps_by_method.values() for s in steps]
+    profile = fit_profile(samples, name=name, description=description,
+                          check_occupies=check_occupies, sources=command)
+    save_profile(profile, path, header=f"Fitted by {command}\nMachine: {machine}")
+    return {"path": str(Path(path)), "profile": profile.to_dict(),
+            "prediction": prediction(steps_by_method, profile)}

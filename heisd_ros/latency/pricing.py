@@ -62,7 +62,7 @@ def price(counters: DecisionCounters | dict, profile: LatencyProfile) -> Priced:
     return Priced(parts, check)
 
 
-def work_ms(stats, profile: LatencyProfile, prefill: bool = True) -> float:
+def work_ms(profile: LatencyProfile, stats, prefill: bool = True) -> float:
     """Priced ms of a decode path's target and draft work (``StepStats``), for path choices.
 
     ``prefill=False`` leaves out the first forward (the rounds after it only).

@@ -162,33 +162,25 @@ def fit_latency_profile(args, records, target, description: str) -> dict:
     import torch
 
     from heisd_ros.latency.counters import DecisionCounters
-    from heisd_ros.latency.fit import fit_profile, prediction
-    from heisd_ros.latency.profile import save_profile
+    from heisd_ros.latency.fit import fit_and_save
 
-    out = Path(args.latency_profile_out)
     device = target.device
     if device.type == "cuda":
         machine = torch.cuda.get_device_name(device)
     else:
         machine = (f"{platform.processor() or platform.machine()} CPU, "
                    f"{torch.get_num_threads()} threads")
-    samples = [(DecisionCounters.from_stats(r.result.stats), r.result.stats.stage_ms)
-               for r in records]
-    command = "heisd-bench decode " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 else \
-        "heisd-bench decode"
-    profile = fit_profile(samples, name=args.profile_name or out.stem,
-                          description=f"{description} on {machine}",
-                          check_occupies="device" if device.type == "cuda" else "core",
-                          sources=command)
-    save_profile(profile, out, header=f"Fitted by {command}\nMachine: {machine}\n"
-                                      f"Model: {description}")
     steps: dict[str, list[dict]] = {}
     for r in records:
         steps.setdefault(r.mode, []).append(
             {"counters": DecisionCounters.from_stats(r.result.stats).to_dict(),
              "stage_ms": dict(r.result.stats.stage_ms)})
-    return {"path": str(out), "profile": profile.to_dict(),
-            "prediction": prediction(steps, profile)}
+    out = Path(args.latency_profile_out)
+    return fit_and_save(steps, out, name=args.profile_name or out.stem,
+                        description=f"{description} on {machine}",
+                        check_occupies="device" if device.type == "cuda" else "core",
+                        command=" ".join(["heisd-bench decode", *sys.argv[2:]]),
+                        machine=f"{machine}; model: {description}")
 
 
 def _hybrid_resources(args, target, resources, methods: list[str]) -> tuple[list, dict]:

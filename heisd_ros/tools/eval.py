@@ -165,6 +165,8 @@ def run(args):
     from heisd_ros.eval.job_results import JobResults
     from heisd_ros.eval.methods import check_methods
     from heisd_ros.eval.projection import DEFAULT_PROFILE, project
+    from heisd_ros.latency.fit import prediction as predict
+    from heisd_ros.latency.profile import load_profile
 
     methods = check_methods(args.methods)
     tasks = _tasks(args.suites, args.tasks)
@@ -238,16 +240,13 @@ def run(args):
             config["latency_profile"] = timing["latency_profile"]["name"]
     desc = {k: v for k, v in desc.items() if k != "timing"}
     steps = {m: [s for r in runs if r.method == m for s in r.steps] for m in methods}
-    prediction = None
-    if args.latency_profile:   # the profile's prediction of what was measured here
-        from heisd_ros.latency.fit import prediction as predict
-        from heisd_ros.latency.profile import load_profile
-
-        prediction = predict(steps, load_profile(args.latency_profile))
+    profile = load_profile(args.latency_profile or DEFAULT_PROFILE)
+    # With --latency-profile: the profile's prediction of what was measured here.
+    prediction = predict(steps, profile) if args.latency_profile else None
     fitted = _fit_profile(args, steps) if args.latency_profile_out else None
     result = {"profile_prediction": prediction, "latency_profile_fit": fitted, **desc,
               "timing": timing, "config": config, "suites": suites,
-              "projection": project(steps, args.latency_profile or DEFAULT_PROFILE),
+              "projection": project(steps, profile),
               "episodes": [_episode_entry(r) for r in runs]}
     return result, runs
 
@@ -258,21 +257,14 @@ def _fit_profile(args, steps: dict[str, list[dict]]) -> dict:
 
     import torch
 
-    from heisd_ros.latency.counters import DecisionCounters
-    from heisd_ros.latency.fit import fit_profile, prediction
-    from heisd_ros.latency.profile import save_profile
+    from heisd_ros.latency.fit import fit_and_save
 
     out = Path(args.latency_profile_out)
-    samples = [(DecisionCounters.from_dict(s["counters"]), s["stage_ms"])
-               for records in steps.values() for s in records]
     machine = (f"{platform.processor() or platform.machine()} CPU, {_threads()} threads, "
                f"{args.workers} worker(s), torch {torch.__version__}")
-    command = "heisd-eval " + " ".join(sys.argv[1:])
-    profile = fit_profile(samples, name=out.stem, description=f"closed loop on {machine}",
-                          check_occupies="core", sources=command)
-    save_profile(profile, out, header=f"Fitted by {command}\nMachine: {machine}")
-    return {"path": str(out), "profile": profile.to_dict(),
-            "prediction": prediction(steps, profile)}
+    return fit_and_save(steps, out, name=out.stem, description=f"closed loop on {machine}",
+                        check_occupies="core", command="heisd-eval " + " ".join(sys.argv[1:]),
+                        machine=machine)
 
 
 def _episode_entry(run) -> dict:
@@ -437,11 +429,7 @@ def price_paths(decoders, profile) -> None:
 
     for decoder in decoders:
         if hasattr(decoder, "path_pricing"):
-            decoder.path_pricing = partial(_priced_work, work_ms, profile)
-
-
-def _priced_work(work_ms, profile, stats, prefill: bool) -> float:
-    return work_ms(stats, profile, prefill)
+            decoder.path_pricing = partial(work_ms, profile)
 
 
 def _jobs(tasks, max_steps: int | None) -> list[tuple[str, list[tuple[str, str]]]]:
