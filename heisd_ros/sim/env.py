@@ -140,8 +140,7 @@ class PiperSimEnv:
         self._gripper_width_cmd = GRIPPER_RANGE_M[1]
         self._apply_ctrl(q, self._gripper_width_cmd)
         mujoco.mj_forward(self.model, self.data)
-        for _ in range(int(_SETTLE_S / self.config.physics_timestep_s)):
-            mujoco.mj_step(self.model, self.data)
+        mujoco.mj_step(self.model, self.data, nstep=int(_SETTLE_S / self.config.physics_timestep_s))
         self.step_index = 0
         return self.observe()
 
@@ -196,13 +195,26 @@ class PiperSimEnv:
         return self._command(np.asarray(position_m, float), rpy_to_matrix(rpy_rad), width)
 
     def advance(self, substeps: int) -> None:
-        """Run ``substeps`` physics steps towards the current target (real time)."""
-        for _ in range(int(substeps)):
+        """Run ``substeps`` physics steps towards the current target (real time).
+
+        On the ramp the servo targets change every step; once it is done they hold, and the
+        rest runs in one ``mj_step(nstep=...)``: the same physics, bit for bit, with the GIL
+        released once instead of once a step (a step that waits for the GIL behind a busy
+        executor thread costs up to the interpreter's 5 ms switch interval).
+        """
+        left = int(substeps)
+        while left > 0 and self._ramp_done + 1 < self._ramp_steps:
             self._ramp_done += 1
-            alpha = min(1.0, self._ramp_done / self._ramp_steps)
+            alpha = self._ramp_done / self._ramp_steps
             self._apply_ctrl(self._q_from + alpha * (self._q_target - self._q_from),
                              self._gripper_width_cmd)
             mujoco.mj_step(self.model, self.data)
+            left -= 1
+        if left > 0:
+            self._ramp_done += left
+            self._apply_ctrl(self._q_from + 1.0 * (self._q_target - self._q_from),
+                             self._gripper_width_cmd)  # alpha 1, as on the ramp
+            mujoco.mj_step(self.model, self.data, nstep=left)
 
     def _execute(self, target_pos: np.ndarray, target_rot: np.ndarray,
                  width_m: float, limits: list[str] | None = None) -> StepResult:
