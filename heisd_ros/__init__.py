@@ -1,7 +1,8 @@
 """heisd_ros: hybrid speculative decoding with kinematic awareness for autoregressive VLAs.
 
-The pure-Python library (``heisd_ros.actions``, ``.models``, ``.decoding``, ``.retrieval``,
-``.kinematics``, ``.sim``, ``.data``, ``.tools``) imports without ROS. The ROS 2 layer
+The pure-Python library (``heisd_ros.actions``, ``.geometry``, ``.models``, ``.decoding``,
+``.retrieval``, ``.kinematics``, ``.latency``, ``.sim``, ``.data``, ``.tools``) imports without
+ROS. The ROS 2 layer
 (``heisd_ros.nodes``) and the generated interfaces (``heisd_ros.msg``, ``heisd_ros.srv``) exist
 only after ``colcon build``.
 """

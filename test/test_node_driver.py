@@ -32,10 +32,14 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_srvs.srv import SetBool, Trigger  # noqa: E402
 
-from heisd_ros.nodes.robot_msgs import ee_command_to_msg, quaternion_to_matrix  # noqa: E402
+from heisd_ros.geometry.rotations import (  # noqa: E402
+    quat_xyzw_to_matrix,
+    rotation_angle,
+    rpy_to_matrix,
+)
+from heisd_ros.nodes.robot_msgs import ee_command_to_msg  # noqa: E402
 from heisd_ros.robot.base import CommandSource, EECommand, GripperState  # noqa: E402
 from heisd_ros.robot.piper_kinematics import PiperKinematics  # noqa: E402
-from heisd_ros.robot.poses import rotation_angle, rpy_to_matrix  # noqa: E402
 from test.node_process import NodeProcess, write_params  # noqa: E402
 from test.polling import spin_for, spin_until  # noqa: E402
 
@@ -162,7 +166,7 @@ class Driver:
     def pose(self) -> tuple[np.ndarray, np.ndarray]:
         """Newest /ee_pose as (position m, rotation matrix)."""
         p, o = self.poses[-1][1].pose.position, self.poses[-1][1].pose.orientation
-        return np.array([p.x, p.y, p.z]), quaternion_to_matrix((o.x, o.y, o.z, o.w))
+        return np.array([p.x, p.y, p.z]), quat_xyzw_to_matrix((o.x, o.y, o.z, o.w))
 
     def gripper_width(self) -> float:
         return self.joint_states[-1][1].position[6]

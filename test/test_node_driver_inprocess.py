@@ -23,6 +23,7 @@ from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
+from heisd_ros.geometry.rotations import rpy_to_matrix  # noqa: E402
 from heisd_ros.nodes.driver_config import (  # noqa: E402
     DEFAULT_MAX_COMMAND_AGE_S,
     DEFAULT_MAX_COMMAND_FUTURE_S,
@@ -36,8 +37,6 @@ from heisd_ros.nodes.robot_msgs import (  # noqa: E402
     ee_pose_msg,
     joint_state_msg,
     pose_from_msg,
-    quaternion_to_matrix,
-    rpy_to_quaternion,
     seconds_to_stamp,
 )
 from heisd_ros.robot.base import (  # noqa: E402
@@ -51,7 +50,6 @@ from heisd_ros.robot.dry_run import unique_channel  # noqa: E402
 from heisd_ros.robot.emulated_piper import EmulatedPiperConfig  # noqa: E402
 from heisd_ros.robot.gripper import GripperConfig  # noqa: E402
 from heisd_ros.robot.piper import PiperConfig  # noqa: E402
-from heisd_ros.robot.poses import rpy_to_matrix  # noqa: E402
 from heisd_ros.robot.safety import SafetyConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -184,20 +182,6 @@ def test_invalid_parameters_become_errors_on_diagnostics_and_services(ros, start
 
 
 # --- message conversions (no node) ---------------------------------------------------------
-
-
-def test_quaternion_follows_the_extrinsic_xyz_convention():
-    rng = np.random.default_rng(0)
-    for _ in range(200):
-        rpy = rng.uniform(-math.pi, math.pi, 3)
-        rpy[1] = rng.uniform(-1.5, 1.5)
-        q = rpy_to_quaternion(rpy)
-        assert q[3] >= 0 and math.isclose(np.linalg.norm(q), 1.0, abs_tol=1e-12)
-        np.testing.assert_allclose(quaternion_to_matrix(q), rpy_to_matrix(rpy), atol=1e-12)
-    # A quarter turn about the fixed z axis.
-    np.testing.assert_allclose(
-        rpy_to_quaternion([0, 0, math.pi / 2]), [0, 0, math.sqrt(0.5), math.sqrt(0.5)]
-    )
 
 
 def test_ee_command_round_trips_and_keeps_nan_for_the_safety_filter():

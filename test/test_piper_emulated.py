@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from piper_sdk import C_PiperInterface_V2
 
+from heisd_ros.geometry.rotations import rotation_angle, rpy_to_matrix
 from heisd_ros.robot import piper_can as pc
 from heisd_ros.robot.base import ArmStatus, EETarget, RobotError, RobotFault
 from heisd_ros.robot.dry_run import emulated_piper_robot, unique_channel
@@ -23,7 +24,6 @@ from heisd_ros.robot.emulated_piper import EmulatedPiper, EmulatedPiperConfig
 from heisd_ros.robot.piper import PiperConfig, PiperRobot
 from heisd_ros.robot.piper_kinematics import PiperKinematics
 from heisd_ros.robot.piper_sdk_log import capture_sdk_log
-from heisd_ros.robot.poses import rotation_angle, rpy_to_matrix
 from test.polling import allclose, wait_until
 
 # piper_sdk 0.6.2 still passes python-can's deprecated `bustype`.

@@ -1,4 +1,4 @@
-"""EECommand mirrors msg/EECommand.msg; records validate their fields; rotation helpers agree."""
+"""EECommand mirrors msg/EECommand.msg; records validate their fields."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from heisd_ros.robot.base import (
     CommandMode,
@@ -20,14 +18,6 @@ from heisd_ros.robot.base import (
     GripperState,
     RobotFault,
     RobotState,
-)
-from heisd_ros.robot.poses import (
-    matrix_to_rotvec,
-    matrix_to_rpy,
-    rotation_angle,
-    rotvec_to_matrix,
-    rpy_to_matrix,
-    wrap_angle,
 )
 
 MSG = Path(__file__).resolve().parents[1] / "msg" / "EECommand.msg"
@@ -129,34 +119,3 @@ def test_target_and_state_validate():
         faults={"collision"},
     )
     assert state.enabled and not state.ok and RobotFault.COLLISION in state.faults
-
-
-angles = st.floats(-math.pi, math.pi, allow_nan=False)
-
-
-@settings(max_examples=200, deadline=None)
-@given(angles, st.floats(-1.55, 1.55), angles)
-def test_rpy_round_trip_away_from_gimbal_lock(roll, pitch, yaw):
-    rpy = np.array([roll, pitch, yaw])
-    back = matrix_to_rpy(rpy_to_matrix(rpy))
-    assert rotation_angle(rpy_to_matrix(rpy), rpy_to_matrix(back)) < 1e-9
-    assert all(abs(wrap_angle(a - b)) < 1e-6 for a, b in zip(rpy, back, strict=True))
-
-
-def test_rpy_is_extrinsic_xyz():
-    # 90 deg about fixed x, then 90 deg about fixed z: x-axis ends up on y.
-    rot = rpy_to_matrix([math.pi / 2, 0.0, math.pi / 2])
-    assert np.allclose(rot @ [1, 0, 0], [0, 1, 0])
-    assert np.allclose(rot @ [0, 1, 0], [0, 0, 1])
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.floats(-1, 1), min_size=3, max_size=3), st.floats(0.0, math.pi))
-def test_rotvec_round_trip_including_near_pi(axis, angle):
-    axis = np.array(axis)
-    if np.linalg.norm(axis) < 1e-3:
-        axis = np.array([0.0, 0.0, 1.0])
-    rotvec = axis / np.linalg.norm(axis) * angle
-    rot = rotvec_to_matrix(rotvec)
-    assert np.allclose(rot @ rot.T, np.eye(3), atol=1e-12)
-    assert np.allclose(rotvec_to_matrix(matrix_to_rotvec(rot)), rot, atol=1e-6)

@@ -8,8 +8,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from piper_sdk.kinematics.piper_fk import C_PiperForwardKinematics
 
+from heisd_ros.geometry.rotations import (
+    matrix_to_rpy,
+    rotation_angle,
+    rotvec_to_matrix,
+    rpy_to_matrix,
+)
 from heisd_ros.robot.piper_kinematics import JOINT_LIMITS_RAD, PiperKinematics
-from heisd_ros.robot.poses import matrix_to_rpy, rotation_angle, rotvec_to_matrix, rpy_to_matrix
 
 joints = st.tuples(*(st.floats(lo, hi) for lo, hi in JOINT_LIMITS_RAD))
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from heisd_ros.geometry.rotations import rotation_angle, rpy_to_matrix
 from heisd_ros.robot.base import CommandMode, EECommand, EETarget
 from heisd_ros.robot.command_stream import StepEvent, classify_step
-from heisd_ros.robot.poses import rotation_angle, rpy_to_matrix
 from heisd_ros.robot.safety import MAX_RELEASE_INTERVAL_S, Admission, SafetyConfig, SafetyFilter
 
 CONFIG = SafetyConfig()

@@ -9,8 +9,9 @@ import torch
 from heisd_ros.actions.normalization import ActionStats
 from heisd_ros.models.small_vla import SmallVLA
 from heisd_ros.models.subgoal import CLIP, N_TARGETS, SCALE_M
+from heisd_ros.training.demo_cache import DemoCache, split_episodes
 from heisd_ros.training.subgoal import subgoal_targets
-from heisd_ros.training.vla_training import DemoCache, VLATrainConfig, VLATrainer, split_episodes
+from heisd_ros.training.vla_training import VLATrainConfig, VLATrainer
 from test.test_vla_training import TINY_STEM
 
 

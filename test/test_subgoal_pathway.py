@@ -14,13 +14,13 @@ from heisd_ros.data.observation import Observation
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.models.checkpoint import load_small_vla
 from heisd_ros.models.small_vla import SmallVLA, SmallVLANet
+from heisd_ros.training.demo_cache import split_episodes
 from heisd_ros.training.subgoal import pretrain_subgoal_pathway, subgoal_targets
 from heisd_ros.training.vla_training import (
     PATHWAY_PREDICTOR,
     VLATrainConfig,
     VLATrainer,
     action_loss,
-    split_episodes,
 )
 from test.test_instruction_film import assert_checkpoint_round_trip, observation, tokens
 from test.test_subgoal import two_task_cache

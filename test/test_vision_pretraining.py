@@ -7,6 +7,7 @@ import pytest
 
 from heisd_ros.actions.normalization import ActionStats
 from heisd_ros.models.small_vla import SmallVLA
+from heisd_ros.training.demo_cache import split_episodes
 from heisd_ros.training.vision_pretraining import (
     DISPLACEMENT_SCALE_M,
     HORIZONS_STEPS,
@@ -14,7 +15,7 @@ from heisd_ros.training.vision_pretraining import (
     aux_targets,
     pretrain_vision,
 )
-from heisd_ros.training.vla_training import VLATrainConfig, VLATrainer, split_episodes
+from heisd_ros.training.vla_training import VLATrainConfig, VLATrainer
 from test.test_vla_training import TINY_STEM, synthetic_cache
 
 

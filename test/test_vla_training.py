@@ -17,13 +17,12 @@ from heisd_ros.models.checkpoint import load_small_vla
 from heisd_ros.models.small_vla import SmallVLA
 from heisd_ros.models.small_vla_config import SmallVLAConfig
 from heisd_ros.tools.train_vla import save_model
+from heisd_ros.training.demo_cache import DemoCache, split_episodes
 from heisd_ros.training.vla_training import (
-    DemoCache,
     VLATrainConfig,
     VLATrainer,
     action_loss,
     soft_bin_targets,
-    split_episodes,
 )
 
 TINY = SmallVLAConfig(image_size_px=32, patch_size_px=16, vision_dim=32, vision_heads=2,
@@ -270,7 +269,7 @@ def test_soft_labels_train_too():
 
 
 def test_gripper_change_steps_mark_the_change_and_the_span_after_it_within_episodes():
-    from heisd_ros.training.vla_training import gripper_change_steps
+    from heisd_ros.training.demo_cache import gripper_change_steps
 
     gripper = np.array([0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1])
     episode = np.array([0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1])  # the 0 -> 1 at index 7 is a new one
@@ -289,7 +288,7 @@ def test_gripper_changes_are_sampled_by_their_weight():
         config = VLATrainConfig(steps=1, batch_size=8, gripper_change_weight=weight,
                                 gripper_change_span=1)
         trainer = VLATrainer(vla, cache, train_index, config, stats)
-        from heisd_ros.training.vla_training import gripper_change_steps
+        from heisd_ros.training.demo_cache import gripper_change_steps
 
         marked = gripper_change_steps(trainer.bins[:, -1], cache.episode, 1)
         drawn = np.concatenate([trainer.rng.choice(trainer.train_index, size=8, replace=False,

@@ -41,6 +41,7 @@ from heisd_ros.data.bag_topics import (
 from heisd_ros.data.episode import EpisodeRecord
 from heisd_ros.data.pairing import all_finite, nearest
 from heisd_ros.data.rosbag_io import READ_ERRORS, image_from_msg, make_typestore
+from heisd_ros.geometry.rotations import quat_xyzw_to_rpy
 
 #: The roles an episode reads (all of :data:`~heisd_ros.data.bag_topics.ROLES`); of these,
 #: only ``joint_states`` may be disabled with ''.
@@ -136,12 +137,6 @@ def check_topics(path: Path, found: dict[str, tuple[str, int]], topics: EpisodeT
 def _stamp_ns(msg, log_ns: int) -> int:
     stamp = msg.header.stamp
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec) or int(log_ns)
-
-
-def _rpy_from_quat(quat_xyzw: np.ndarray) -> np.ndarray:
-    from heisd_ros.sim.rotations import matrix_to_rpy, quat_xyzw_to_matrix  # numpy only
-
-    return matrix_to_rpy(quat_xyzw_to_matrix(quat_xyzw))
 
 
 def _read_first_pass(reader, roles: dict[str, str], ts, gripper_joint: str = "gripper"
@@ -308,7 +303,7 @@ def _record(path: Path, identity: dict, topics: EpisodeTopics, data: dict, image
         image_wrist=np.stack([images["wrist"][s] for s in frame["wrist"]]),
         joint_positions_rad=joints.astype(np.float32), gripper_width_m=gripper.astype(np.float32),
         ee_position_m=positions.astype(np.float32),
-        ee_rpy_rad=np.array([_rpy_from_quat(q) for q in quats], dtype=np.float32),
+        ee_rpy_rad=np.array([quat_xyzw_to_rpy(q) for q in quats], dtype=np.float32),
         ee_quat_xyzw=quats.astype(np.float32),
         action=np.array([data["ee_command"][s["command"]][1] for s in steps], dtype=np.float32),
         stamp_s=stamps_s, step_success=step_success,

@@ -45,7 +45,7 @@ from heisd_ros.data.pairing import (
     thin_to_rate,
 )
 from heisd_ros.data.rosbag_io import READ_ERRORS, image_from_msg, make_typestore
-from heisd_ros.sim.rotations import matrix_to_rpy, quat_xyzw_to_matrix  # numpy only
+from heisd_ros.geometry.rotations import matrix_to_rpy, quat_xyzw_to_matrix
 
 #: The roles replay reads. Each camera may be an Image or a CompressedImage
 #: (``ROLES[role].accepts``); '' disables the wrist camera (a robot without one).

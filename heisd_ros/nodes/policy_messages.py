@@ -12,10 +12,11 @@ from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import JointState
 
+from heisd_ros.geometry.rotations import rpy_to_quat_xyzw
 from heisd_ros.msg import EECommand, HybridStep
 from heisd_ros.nodes.policy_decoders import DecodedStep
 from heisd_ros.nodes.policy_inputs import RobotInput
-from heisd_ros.nodes.robot_msgs import pose_from_msg, rpy_to_quaternion, stamp_to_seconds
+from heisd_ros.nodes.robot_msgs import pose_from_msg, stamp_to_seconds
 
 _HYBRID_TYPES = HybridStep.get_fields_and_field_types()
 _HYBRID_FIELDS = frozenset(_HYBRID_TYPES)
@@ -80,7 +81,7 @@ def robot_pose_msg(robot: RobotInput, stamp: Time, frame_id: str) -> PoseStamped
     pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = (
         float(v) for v in robot.ee_position_m)
     o = pose.pose.orientation
-    o.x, o.y, o.z, o.w = rpy_to_quaternion(robot.ee_rpy_rad)
+    o.x, o.y, o.z, o.w = rpy_to_quat_xyzw(robot.ee_rpy_rad)
     return pose
 
 

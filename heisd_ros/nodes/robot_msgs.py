@@ -12,10 +12,10 @@ Shared by the PIPER driver node and the sim node, which publish and accept the s
   :class:`~heisd_ros.robot.controller.ControllerStatus` -> ``diagnostic_msgs`` levels, messages
   and key/values (an arm that is not heard on the bus is always reported as "CAN lost: ...").
 
-Orientation convention: roll/pitch/yaw are rotations about the fixed x, y, z axes (extrinsic
-XYZ, ``R = Rz(yaw) @ Ry(pitch) @ Rx(roll)``, :mod:`heisd_ros.robot.poses`), which is what the
-PIPER reports and what ``EECommand.rotation_rad`` means. The quaternion is (x, y, z, w) with
-w >= 0.
+Orientation convention (:mod:`heisd_ros.geometry.rotations`): roll/pitch/yaw are rotations
+about the fixed x, y, z axes (extrinsic XYZ, ``R = Rz(yaw) @ Ry(pitch) @ Rx(roll)``), which is
+what the PIPER reports and what ``EECommand.rotation_rad`` means. The quaternion is
+(x, y, z, w) with w >= 0.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import JointState
 
+from heisd_ros.geometry.rotations import quat_xyzw_to_rpy, rpy_to_quat_xyzw
 from heisd_ros.msg import EECommand as EECommandMsg
 from heisd_ros.robot.base import EECommand, RobotFault, RobotState
 from heisd_ros.robot.controller import ControllerStatus
-from heisd_ros.robot.poses import matrix_to_rpy
 
 #: Joint names of the PIPER as AgileX's URDF names them, then the gripper opening.
 PIPER_JOINT_NAMES = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6")
@@ -93,39 +93,6 @@ def ee_command_to_msg(command: EECommand) -> EECommandMsg:
     return msg
 
 
-def rpy_to_quaternion(rpy_rad: Sequence[float]) -> tuple[float, float, float, float]:
-    """Roll/pitch/yaw (extrinsic XYZ, rad) -> quaternion (x, y, z, w) with w >= 0."""
-    roll, pitch, yaw = (0.5 * float(a) for a in rpy_rad)
-    cr, sr = math.cos(roll), math.sin(roll)
-    cp, sp = math.cos(pitch), math.sin(pitch)
-    cy, sy = math.cos(yaw), math.sin(yaw)
-    # q = q_z(yaw) * q_y(pitch) * q_x(roll): the quaternion of Rz @ Ry @ Rx.
-    q = (
-        sr * cp * cy - cr * sp * sy,
-        cr * sp * cy + sr * cp * sy,
-        cr * cp * sy - sr * sp * cy,
-        cr * cp * cy + sr * sp * sy,
-    )
-    return q if q[3] >= 0.0 else (-q[0], -q[1], -q[2], -q[3])
-
-
-def quaternion_to_matrix(q: Sequence[float]) -> np.ndarray:
-    """Quaternion (x, y, z, w), normalised here -> (3, 3) rotation matrix."""
-    x, y, z, w = np.asarray(q, dtype=np.float64) / np.linalg.norm(q)
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-        ]
-    )
-
-
-def quaternion_to_rpy(q: Sequence[float]) -> np.ndarray:
-    """Quaternion (x, y, z, w) -> (3,) roll/pitch/yaw in rad (extrinsic XYZ)."""
-    return matrix_to_rpy(quaternion_to_matrix(q))
-
-
 def joint_state_msg(
     state: RobotState,
     stamp: Time,
@@ -150,14 +117,14 @@ def ee_pose_msg(state: RobotState, stamp: Time, frame_id: str) -> PoseStamped:
     p = msg.pose.position
     p.x, p.y, p.z = (float(v) for v in state.ee_position_m)
     o = msg.pose.orientation
-    o.x, o.y, o.z, o.w = rpy_to_quaternion(state.ee_rpy_rad)
+    o.x, o.y, o.z, o.w = rpy_to_quat_xyzw(state.ee_rpy_rad)
     return msg
 
 
 def pose_from_msg(msg: PoseStamped) -> tuple[np.ndarray, np.ndarray]:
     """(position (3,) m, rpy (3,) rad) of an EE pose message (what a policy node needs)."""
     p, o = msg.pose.position, msg.pose.orientation
-    return np.array([p.x, p.y, p.z]), quaternion_to_rpy((o.x, o.y, o.z, o.w))
+    return np.array([p.x, p.y, p.z]), quat_xyzw_to_rpy((o.x, o.y, o.z, o.w))
 
 
 # --- diagnostics ---------------------------------------------------------------------------
@@ -227,9 +194,6 @@ __all__ = [
     "ee_pose_msg",
     "joint_state_msg",
     "pose_from_msg",
-    "quaternion_to_matrix",
-    "quaternion_to_rpy",
-    "rpy_to_quaternion",
     "seconds_to_stamp",
     "stamp_to_seconds",
 ]

@@ -37,10 +37,15 @@ from dataclasses import dataclass, field
 import can
 import numpy as np
 
+from heisd_ros.geometry.rotations import (
+    matrix_to_rotvec,
+    matrix_to_rpy,
+    rotvec_to_matrix,
+    rpy_to_matrix,
+)
 from heisd_ros.robot import piper_can as pc
 from heisd_ros.robot.base import ArmStatus
 from heisd_ros.robot.piper_kinematics import GRIPPER_RANGE_M, JOINT_LIMITS_RAD, PiperKinematics
-from heisd_ros.robot.poses import matrix_to_rotvec, matrix_to_rpy, rotvec_to_matrix, rpy_to_matrix
 
 
 @dataclass

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from piper_sdk import C_PiperInterface_V2
 
+from heisd_ros.geometry.rotations import wrap_angle
 from heisd_ros.robot import piper_can as pc
 from heisd_ros.robot.base import (
     ARM_STATUS_FAULTS,
@@ -45,7 +46,6 @@ from heisd_ros.robot.base import (
 )
 from heisd_ros.robot.piper_kinematics import GRIPPER_RANGE_M
 from heisd_ros.robot.piper_sdk_log import capture_sdk_log
-from heisd_ros.robot.poses import wrap_angle
 
 _MOVE_MODES = {"p": pc.MOVE_P, "l": pc.MOVE_L}
 

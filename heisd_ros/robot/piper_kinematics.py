@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from heisd_ros.robot.poses import matrix_to_rotvec
+from heisd_ros.geometry.rotations import matrix_to_rotvec
 
 #: Joint limits in rad, from piper_sdk's ``piper_param_manager.PIPER_PARAM`` (j1..j6).
 JOINT_LIMITS_RAD = np.array(

@@ -34,9 +34,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from heisd_ros.geometry.rotations import (
+    matrix_to_rotvec,
+    matrix_to_rpy,
+    rotvec_to_matrix,
+    rpy_to_matrix,
+)
 from heisd_ros.robot.base import CommandMode, EECommand, EETarget
 from heisd_ros.robot.command_stream import StepEvent, classify_step
-from heisd_ros.robot.poses import matrix_to_rotvec, matrix_to_rpy, rotvec_to_matrix, rpy_to_matrix
 
 #: Longest interval one release may use, s: a late tick or a hold never banks motion.
 MAX_RELEASE_INTERVAL_S = 0.1

@@ -21,20 +21,20 @@ import numpy as np
 
 from heisd_ros.data.episode import make_proprio
 from heisd_ros.data.observation import Observation, check_action
+from heisd_ros.geometry.rotations import (
+    matrix_to_quat_wxyz,
+    matrix_to_quat_xyzw,
+    matrix_to_rpy,
+    rot_z,
+    rpy_to_matrix,
+)
 from heisd_ros.robot.base import RobotState
-from heisd_ros.sim.arm_geometry import GRIPPER_RANGE_M
+from heisd_ros.sim.arm_geometry import GRIPPER_RANGE_M, tool_down_rotation
 from heisd_ros.sim.config import SimConfig
 from heisd_ros.sim.conveyor import ConveyorDrive
 from heisd_ros.sim.ik import FlangeIK
 from heisd_ros.sim.predicates import task_success
 from heisd_ros.sim.rendering import CameraRig
-from heisd_ros.sim.rotations import (
-    matrix_to_quat_xyzw,
-    matrix_to_rpy,
-    rot_z,
-    rpy_to_matrix,
-    tool_down_rotation,
-)
 from heisd_ros.sim.scene_mjcf import build_scene_xml
 from heisd_ros.sim.tasks import TaskSpec
 
@@ -388,5 +388,4 @@ class PiperSimEnv:
 
 
 def _quat_wxyz_from_yaw(yaw_rad: float) -> np.ndarray:
-    x, y, z, w = matrix_to_quat_xyzw(rot_z(yaw_rad))
-    return np.array([w, x, y, z])
+    return matrix_to_quat_wxyz(rot_z(yaw_rad))

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+from heisd_ros.geometry.rotations import matrix_to_rotvec
 from heisd_ros.sim.arm_geometry import JOINT_LIMITS_RAD
-from heisd_ros.sim.rotations import matrix_to_rotvec
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from heisd_ros.geometry.rotations import matrix_to_quat_wxyz
 from heisd_ros.sim.arm_geometry import (
     FINGER_TIP_OFFSET_M,
     GRIPPER_RANGE_M,
@@ -21,7 +22,6 @@ from heisd_ros.sim.arm_geometry import (
     TCP_OFFSET_M,
     dh_fixed_transforms,
 )
-from heisd_ros.sim.rotations import matrix_to_quat_xyzw
 
 #: Position-servo gains (N m/rad, N m s/rad); stiff enough that the EE lags its target by
 #: well under a millimetre at the end of a 100 ms control step.
@@ -43,8 +43,7 @@ def _fmt(values) -> str:
 
 
 def _quat_wxyz(mat: np.ndarray) -> str:
-    x, y, z, w = matrix_to_quat_xyzw(mat)
-    return _fmt([w, x, y, z])
+    return _fmt(matrix_to_quat_wxyz(mat))
 
 
 def lookat_xyaxes(pos: np.ndarray, target: np.ndarray, up: np.ndarray) -> str:

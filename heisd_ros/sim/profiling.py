@@ -62,7 +62,7 @@ def fk_error_vs_piper_sdk(samples: int = 200, seed: int = 0) -> dict[str, float]
     """
     from piper_sdk.kinematics.piper_fk import C_PiperForwardKinematics  # optional dependency
 
-    from heisd_ros.sim.rotations import matrix_to_rotvec, rpy_to_matrix
+    from heisd_ros.geometry.rotations import matrix_to_rotvec, rpy_to_matrix
 
     sdk = C_PiperForwardKinematics(dh_is_offset=1)
     model = mujoco.MjModel.from_xml_string(build_scene_xml([], []))

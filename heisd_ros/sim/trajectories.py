@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from heisd_ros.sim.rotations import matrix_to_rotvec
+from heisd_ros.geometry.rotations import matrix_to_rotvec
 
 
 def _min_jerk_at(t):

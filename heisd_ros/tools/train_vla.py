@@ -46,7 +46,7 @@ def load_or_build_cache(demos, cache_path: Path, image_size_px: int, show_progre
     from tqdm import tqdm
 
     from heisd_ros.data.npz_episodes import iter_episode_paths
-    from heisd_ros.training.vla_training import DemoCache, build_demo_cache
+    from heisd_ros.training.demo_cache import DemoCache, build_demo_cache
 
     if cache_path.is_file():
         cache = DemoCache.load(cache_path)
@@ -98,12 +98,8 @@ def train(args) -> dict:
     from heisd_ros.models.checkpoint import load_small_vla
     from heisd_ros.models.small_vla import SmallVLA
     from heisd_ros.models.small_vla_config import SmallVLAConfig
-    from heisd_ros.training.vla_training import (
-        VLATrainConfig,
-        VLATrainer,
-        closed_loop_success,
-        split_episodes,
-    )
+    from heisd_ros.training.demo_cache import split_episodes
+    from heisd_ros.training.vla_training import VLATrainConfig, VLATrainer, closed_loop_success
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,8 @@ import torch
 from torch.nn import functional as F
 
 from heisd_ros.models.subgoal import CLIP, N_TARGETS, SCALE_M, SUBGOALS
-from heisd_ros.training.vla_training import episode_starts, normalise_pixels, train_stage
+from heisd_ros.training.demo_cache import episode_starts
+from heisd_ros.training.vla_training import normalise_pixels, train_stage
 
 
 def subgoal_targets(gripper: np.ndarray, position_m: np.ndarray,

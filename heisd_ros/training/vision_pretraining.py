@@ -25,7 +25,8 @@ from torch.nn import functional as F
 
 from heisd_ros.actions.bins import N_BINS
 from heisd_ros.models.small_vla import SmallVLA, pose_features
-from heisd_ros.training.vla_training import episode_starts, normalise_pixels, train_stage
+from heisd_ros.training.demo_cache import episode_starts
+from heisd_ros.training.vla_training import normalise_pixels, train_stage
 
 HORIZONS_STEPS = (3, 8)
 DISPLACEMENT_SCALE_M = 0.02

@@ -1,0 +1,1 @@
+"""Geometry: rotation conventions (rpy, matrices, rotation vectors, quaternions); numpy only."""
