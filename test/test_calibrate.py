@@ -16,7 +16,7 @@ from heisd_ros.calibration.verify_skip import (
     youden_threshold,
 )
 from heisd_ros.data.observation import EpisodeState
-from heisd_ros.decoding.hybrid import build_hybrid_decoder
+from heisd_ros.decoding.builder import build_decoder
 from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig
 from heisd_ros.tools import build_db, calibrate
 from test.fixtures_decoding import scenes
@@ -68,13 +68,23 @@ def test_calibrate_end_to_end_and_load_into_hybrid(demos, tiny_target_path, tmp_
     cal = VerifySkipCalibration.load(out)
     assert cal.n_held_out_steps == 8 and 0.0 <= cal.router_threshold <= 1.0
     assert cal.model_fingerprint == offline["model_fingerprint"]
+    from heisd_ros.decoder_loader import (
+        DecoderOptions,
+        load_resources,
+        open_warm_store,
+        resolve_router_stats,
+    )
     from heisd_ros.models.checkpoint import load_small_vla
     from heisd_ros.retrieval.store_config import StoreConfig
 
     target = load_small_vla(tiny_target_path)
-    hybrid = build_hybrid_decoder(
-        "heisd", target, store_config=StoreConfig(path=str(db), exact_search=True),
-        router_stats=offline["router_stats"]["suite_a"]["path"], calibration=out)
+    # the loader reads the calibration (checked against the target) and the DB's statistics
+    options = DecoderOptions(db_dir=str(db), calibration_path=str(out))
+    loaded = load_resources(target, ["heisd"], options, store=open_warm_store(
+        StoreConfig(path=str(db), exact_search=True), target))
+    loaded.resources.router_stats = resolve_router_stats(options, suite="suite_a").path
+    assert loaded.resources.router_stats == offline["router_stats"]["suite_a"]["path"]
+    hybrid = build_decoder("heisd", loaded.resources)
     assert hybrid.skip_threshold == cal.skip_threshold
     assert hybrid.router.config.threshold == cal.router_threshold
     obs = replace(scenes(1, seed=40)[0], episode=EpisodeState("task_a"))

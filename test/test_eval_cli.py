@@ -56,7 +56,7 @@ def test_eval_json_and_report(tiny_target_path, tmp_path, capsys):
 
 def test_eval_rejects_unknown_names(capsys):
     assert eval_tool.main(["--suites", "piper_goal", "--methods", "nope"]) == 2
-    assert "valid names are" in capsys.readouterr().err
+    assert "--methods: unknown method 'nope'; valid: ar, " in capsys.readouterr().err
     assert eval_tool.main(["--suites", "piper_goal", "--tasks", "nope", "--episodes", "1"]) == 2
     assert "--tasks" in capsys.readouterr().err
 
@@ -175,11 +175,13 @@ def test_eval_gripper_rule_option(tiny_target_path, tmp_path, capsys):
 
 
 def test_retrieval_tree_nodes_option_reaches_the_hybrid_decoders(tiny_target_path, capsys):
+    from heisd_ros.decoder_loader import DecoderOptions
     from heisd_ros.eval.methods import build_method, make_context
 
-    ctx, _ = make_context(tiny_target_path, None, ["retrieval"], retrieval_tree_nodes=16)
+    ctx, _ = make_context(["retrieval"], DecoderOptions(retrieval_tree_nodes=16),
+                          target_path=tiny_target_path)
     assert build_method("retrieval", ctx).config.retrieval.tree.node_budget == 16
-    default, _ = make_context(tiny_target_path, None, ["retrieval"])
+    default, _ = make_context(["retrieval"], target_path=tiny_target_path)
     assert build_method("retrieval", default).config.retrieval.tree.node_budget == 64
     # One action needs 7 nodes: a smaller budget is refused by name, before any episode.
     common = ["--suites", "piper_goal", "--tasks", "red_block_on_plate", "--episodes", "1",

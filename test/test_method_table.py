@@ -104,10 +104,11 @@ def test_another_target_without_a_drafter_gets_a_flagged_untrained_head(tmp_path
     vla = save_small_vla(SmallVLA.random(config, seed=1), tmp_path / "vla.safetensors",
                          dtype="float32")
     warnings = []
-    ctx, desc = make_context(str(vla), None, ["ar", "drafter"], warn=warnings.append)
+    ctx, desc = make_context(["ar", "drafter"], target_path=str(vla), warn=warnings.append)
     assert desc["drafter_untrained"] is True and ctx.resources.draft_head is not None
     assert desc["drafter"].startswith("untrained draft head") and warnings == [desc["drafter"]]
-    _ctx, desc = make_context(str(vla), None, ["ar", "retrieval"], warn=warnings.append)
+    _ctx, desc = make_context(["ar", "retrieval"], target_path=str(vla),
+                             warn=warnings.append)
     assert desc["drafter"] is None and desc["drafter_untrained"] is False  # no head needed
 
 

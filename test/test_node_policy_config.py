@@ -16,6 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from heisd_ros import decoder_loader as loader
+from heisd_ros.decoding.interface import DRAFT_DRAFTER, DRAFT_NONE, ROUTER_OFF
+from heisd_ros.decoding.task_routed import Resolved
 from heisd_ros.nodes import policy_decoders as pd
 from heisd_ros.nodes.policy_decoders import ModelConfig
 
@@ -84,29 +87,34 @@ def _observation(task: str = TASK):
                        episode=EpisodeState(task))
 
 
+def _resolve(config: ModelConfig, task: str):
+    """The router statistics the node resolves for ``task`` (the loader's rule)."""
+    return loader.resolve_router_stats(pd.loader_options(config), task=task)
+
+
 # ---------------------------------------------------------------- router statistics (db_dir)
 def test_db_dir_gives_the_router_statistics_of_the_tasks_suite(tmp_path):
     db = tmp_path / "db"
     goal = _router_stats(db, SUITE)
     _router_stats(db, "piper_spatial")
     config = ModelConfig(db_dir=str(db))
-    found = pd.resolve_router_stats(config, TASK)
+    found = _resolve(config, TASK)
     assert found.path == str(goal) and not found.explicit and SUITE in found.note
     # a task in two suites whose statistics are both there is ambiguous: none, and why
     _router_stats(db, "piper_object")
-    ambiguous = pd.resolve_router_stats(config, "red_block_in_basket")
+    ambiguous = _resolve(config, "red_block_in_basket")
     assert ambiguous.path is None and "model.router_stats_path" in ambiguous.note
     # a sim task whose suite the DB lacks: none (not another suite's statistics)
-    missing = pd.resolve_router_stats(config, "both_blocks_in_basket")
+    missing = _resolve(config, "both_blocks_in_basket")
     assert missing.path is None and "piper_long" in missing.note
 
 
 def test_a_db_of_one_suite_serves_tasks_of_no_sim_suite(tmp_path):
     only = _router_stats(tmp_path / "db", "default")  # heisd-build-db --bag-suite default
     config = ModelConfig(db_dir=str(tmp_path / "db"))
-    assert pd.resolve_router_stats(config, "wipe_my_table").path == str(only)
-    assert pd.resolve_router_stats(config, "").path == str(only)  # task not known yet
-    assert pd.resolve_router_stats(config, TASK).path is None  # piper_goal is not in it
+    assert _resolve(config, "wipe_my_table").path == str(only)
+    assert _resolve(config, "").path == str(only)  # task not known yet
+    assert _resolve(config, TASK).path is None  # piper_goal is not in it
 
 
 @pytest.mark.parametrize("db_dir, says", [
@@ -117,7 +125,7 @@ def test_a_db_of_one_suite_serves_tasks_of_no_sim_suite(tmp_path):
 def test_no_router_statistics_says_why(tmp_path, db_dir, says):
     (tmp_path / "empty").mkdir()
     config = ModelConfig(db_dir=str(tmp_path / db_dir) if db_dir else "")
-    found = pd.resolve_router_stats(config, TASK)
+    found = _resolve(config, TASK)
     assert found.path is None and says in found.note
 
 
@@ -129,11 +137,12 @@ def test_explicit_paths_override_db_dir(tmp_path):
     stats, calibration = _router_stats(mine, "piper_long"), _calibration(mine)
     config = ModelConfig(db_dir=str(db), router_stats_path=str(stats),
                          calibration_path=str(calibration))
-    assert pd.resolve_router_stats(config, TASK) == pd.Resolved(
+    assert _resolve(config, TASK) == Resolved(
         str(stats), "model.router_stats_path", explicit=True)
-    assert pd.resolve_calibration(config).path == str(calibration)
-    assert pd.resolve_calibration(ModelConfig(db_dir=str(db))).path == str(db / pd.CALIBRATION_FILE)
-    none = pd.resolve_calibration(ModelConfig(db_dir=str(mine / "nothing")))
+    assert loader.resolve_calibration(pd.loader_options(config)).path == str(calibration)
+    assert loader.resolve_calibration(pd.loader_options(ModelConfig(db_dir=str(db)))).path == str(
+        db / loader.CALIBRATION_FILE)
+    none = loader.resolve_calibration(pd.loader_options(ModelConfig(db_dir=str(mine / "nothing"))))
     assert none.path is None and "heisd-calibrate" in none.note
 
 
@@ -141,12 +150,12 @@ def test_a_calibration_of_another_model_is_refused(tiny, tmp_path):
     from heisd_ros.retrieval.embedding import model_fingerprint
 
     _root, _vla, target, _head = tiny
-    ours = pd.load_calibration(pd.Resolved(str(_calibration(tmp_path, model_fingerprint(target))),
+    ours = loader.load_calibration(Resolved(str(_calibration(tmp_path, model_fingerprint(target))),
                                             "model.db_dir"), target)
     assert ours.router_threshold == 0.5
     other = _calibration(tmp_path / "other", "SmallVLA:vla_pooled:0123456789abcdef")
     with pytest.raises(ValueError, match="calibrated for model SmallVLA:vla_pooled:0123"):
-        pd.load_calibration(pd.Resolved(str(other), "model.db_dir"), target)
+        loader.load_calibration(Resolved(str(other), "model.db_dir"), target)
 
 
 # ---------------------------------------------------------------- draft head
@@ -247,8 +256,8 @@ def test_heisd_without_a_db_runs_as_drafter_sd_and_says_so(tiny):
     decoder.begin_episode(TASK)
     step = decoder.decode(_observation())
     assert step.fields["status"].startswith("heisd runs as drafter SD")
-    assert step.fields["router_mode"] == pd.ROUTER_OFF and step.gripper_from_target
-    assert step.fields["draft_source"] in (pd.DRAFT_DRAFTER, pd.DRAFT_NONE)
+    assert step.fields["router_mode"] == ROUTER_OFF and step.gripper_from_target
+    assert step.fields["draft_source"] in (DRAFT_DRAFTER, DRAFT_NONE)
     decoder.decode(_observation())
     assert len(warnings) == 1
 
@@ -262,13 +271,13 @@ def test_heisd_with_a_db_dir_routes_with_the_suites_statistics(tiny, tmp_path):
     decoder = pd.build_decoder("router_only", target,
                                ModelConfig(path=vla, drafter_path=head, db_dir=str(db)),
                                warn=warnings.append)
-    assert decoder.current is None  # chosen per task
+    assert decoder.decoder.current is None  # chosen per task
     decoder.begin_episode(TASK)
     assert decoder.degraded == "" and f"router_stats_{SUITE}.json" in decoder.description
     assert "calibration.json" in decoder.description
     step = decoder.decode(_observation())
     assert "drafter SD" not in step.fields["status"]
-    assert decoder.current.decoder.config.router.threshold == 0.5  # the DB's calibration
+    assert decoder.decoder.current.config.router.threshold == 0.5  # the DB's calibration
     # an episode of a suite the DB has no statistics for: drafter SD, said once
     decoder.begin_episode("block_left_of_plate")
     assert "piper_spatial" in decoder.degraded and warnings == [decoder.degraded]
@@ -288,7 +297,7 @@ def test_the_unverified_run_parameter_reaches_the_decoder(tiny, tmp_path, method
     decoder = pd.build_decoder(method, target, ModelConfig(path=vla, drafter_path=head,
                                                            db_dir=str(db), max_unverified_run=n))
     decoder.begin_episode(TASK)
-    unverified = decoder.current.decoder.config.unverified
+    unverified = decoder.decoder.current.config.unverified
     assert (unverified.paper_max_run if method == "heisd_paper" else unverified.max_run) == want
     with pytest.raises(ValueError, match="max_unverified_run"):
         ModelConfig(max_unverified_run=-2)
@@ -303,7 +312,7 @@ def test_the_follow_similarity_parameter_reaches_the_decoder(tiny, tmp_path, sim
     decoder = pd.build_decoder("heisd", target, ModelConfig(
         path=vla, drafter_path=head, db_dir=str(db), follow_min_similarity=similarity))
     decoder.begin_episode(TASK)
-    assert decoder.current.decoder.config.unverified.follow_min_similarity == want
+    assert decoder.decoder.current.config.unverified.follow_min_similarity == want
     with pytest.raises(ValueError, match="follow_min_similarity"):
         ModelConfig(follow_min_similarity=1.5)
 

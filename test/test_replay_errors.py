@@ -252,4 +252,5 @@ def test_compressed_camera_the_policy_refuses(capsys, tmp_path, fmt, data, messa
 
 
 def test_unknown_method_lists_valid_names(capsys):
-    assert "valid names are" in _replay(capsys, FIXTURES / "talker_mcap", "--methods", "nope")
+    err = _replay(capsys, FIXTURES / "talker_mcap", "--methods", "nope")
+    assert "unknown method 'nope'; valid: ar, " in err

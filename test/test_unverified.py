@@ -147,14 +147,14 @@ def test_an_unverified_step_is_marked_in_the_node_messages(tiny_trained_vla):
     from builtin_interfaces.msg import Time
     from heisd_ros.msg import EECommand
 
-    from heisd_ros.nodes.policy_decoders import HybridAdapter
+    from heisd_ros.nodes.policy_decoders import NodeDecoder
     from heisd_ros.nodes.policy_messages import command_msg, hybrid_step_msg
 
     vla = tiny_trained_vla
     loop = Loop(vla, "heisd")
     bins = first_verified(loop, vla)
     loop.step([point(bins, 1)])  # the router's window (3 positions) fills from the proprio
-    adapter = HybridAdapter(loop.decoder)
+    adapter = NodeDecoder(loop.decoder)
     loop.decode = lambda obs, ee_positions_m: adapter.decode(obs)
     step = loop.step([point(bins, 2)])
     msg = hybrid_step_msg(step, 2, Time(), "base_link", "t", True)

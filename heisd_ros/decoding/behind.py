@@ -26,10 +26,8 @@ import numpy as np
 
 from heisd_ros.data.observation import ACTION_DIM
 from heisd_ros.decoding.acceptance import AcceptanceRule, VerifyView, first_rejected_dim
+from heisd_ros.decoding.interface import BEHIND_CONFIRMED, BEHIND_REJECTED
 from heisd_ros.models.draft_tree import DraftTree
-
-# HybridStep.behind_result values.
-BEHIND_NONE, BEHIND_CONFIRMED, BEHIND_REJECTED = 0, 1, 2
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,13 @@ import numpy as np
 import torch
 
 from heisd_ros.data.observation import ACTION_DIM, Observation
-from heisd_ros.decoding.decoder import ActionDecoder, ActionResult
-from heisd_ros.decoding.hybrid import HybridDecoder
+from heisd_ros.decoding.interface import (
+    DRAFT_RETRIEVAL,
+    ROUTER_OFF,
+    ROUTER_RETRIEVAL,
+    ActionResult,
+    Decoder,
+)
 from heisd_ros.decoding.stats import STAGES
 
 
@@ -29,7 +34,7 @@ class BenchRecord:
     result: ActionResult
 
 
-def run_interleaved(modes: dict[str, ActionDecoder | HybridDecoder],
+def run_interleaved(modes: dict[str, Decoder],
                     observations: Sequence[Observation],
                     warmup: Sequence[Observation] = ()) -> list[BenchRecord]:
     """Decode every observation with every mode, rotating the mode order per observation.
@@ -86,14 +91,15 @@ def summarise(records: list[BenchRecord], reference: str = "ar") -> dict[str, di
                 "exact_action_rate": float((deviation == 0).all(axis=1).mean()),
                 "mean_bin_deviation_per_dim": deviation.mean(axis=0).tolist()},
         }
-        paths = [getattr(r, "record", None) for r in ordered]
+        paths = [r.record for r in ordered]
         if all(p is not None for p in paths):  # HybridDecoder results: which path, how often
-            routed = [p.router_mode for p in paths if p.router_mode != 2]   # 2 = ROUTER_OFF
+            routed = [p.router_mode for p in paths if p.router_mode != ROUTER_OFF]
             summary[mode]["hybrid"] = {
                 "skip_rate": float(np.mean([p.verify_skipped for p in paths])),
-                "router_retrieval_share": float(np.mean([m == 1 for m in routed]))
+                "router_retrieval_share": float(np.mean([m == ROUTER_RETRIEVAL for m in routed]))
                 if routed else None,
-                "retrieval_draft_share": float(np.mean([p.draft_source == 2 for p in paths])),
+                "retrieval_draft_share": float(np.mean([p.draft_source == DRAFT_RETRIEVAL
+                                                        for p in paths])),
                 "degraded_rate": float(np.mean([bool(p.status) for p in paths]))}
     return summary
 

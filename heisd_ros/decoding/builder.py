@@ -1,9 +1,10 @@
 """One builder for every front end: ``build_decoder(method, resources)``.
 
 The node, ``heisd-eval``, ``heisd-replay``, ``heisd-record`` and ``heisd-bench`` load their
-resources (files, command-line options, ROS parameters) into :class:`DecoderResources` and
-call :func:`build_decoder`; what a method uses is the table
-``heisd_ros.decoding.methods.METHODS``.
+resources (files, command-line options, ROS parameters) with the one loader,
+``heisd_ros.decoder_loader.load_resources``, into :class:`DecoderResources` and call
+:func:`build_decoder`; what a method uses is the table ``heisd_ros.decoding.methods.METHODS``.
+Every decoder is a :class:`~heisd_ros.decoding.interface.Decoder`.
 
 - ``ar``, ``drafter``, ``drafter_relaxed``: an :class:`~heisd_ros.decoding.decoder.ActionDecoder`
   (AR greedy; draft-head trees with the exact rule or the Spec-VLA radius).
@@ -26,7 +27,7 @@ DEFAULT_RELAXED_RADIUS_BINS = (9, 9, 9, 9, 9, 9, 0)
 
 @dataclass
 class DecoderResources:
-    """What a decoder may be built from (each front end loads these its own way).
+    """What a decoder may be built from (``heisd_ros.decoder_loader`` loads them).
 
     Attributes:
         target: the target VLA (``heisd_ros.models.target.TargetVLA``).
@@ -36,8 +37,8 @@ class DecoderResources:
         store: an opened ``VectorStore`` to query in-process instead (each decoder gets its
             own ``Retriever`` over it); None: ``retriever``.
         router_stats: ``RouterStats`` or its JSON path; router methods need it.
-        calibration: ``VerifySkipCalibration`` or its JSON path, or None (the configured
-            thresholds).
+        calibration: a loaded ``VerifySkipCalibration``, checked against the target by the
+            loader, or None (the configured thresholds).
         relaxed_radius_bins: per-dimension radius of ``drafter_relaxed`` (gripper last, 0).
         drafter_tree: ``DraftTreeConfig`` of the draft head's tree; None: its default.
         retrieval: ``RetrievalSourceConfig`` (K, deadline); None: its default.
@@ -94,7 +95,7 @@ def build_unrouted(method: str, resources: DecoderResources):
 
 
 def build_decoder(method: str, resources: DecoderResources):
-    """The decoder of ``method`` (``decode(observation)``; hybrid ones also episodes).
+    """The :class:`~heisd_ros.decoding.interface.Decoder` of ``method``.
 
     Raises:
         ValueError: an unknown method (the message lists the valid names), a draft method

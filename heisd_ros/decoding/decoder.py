@@ -3,13 +3,13 @@
 ``ActionDecoder(target)`` is the AR baseline (1 prefill + 6 decode forwards).
 ``ActionDecoder(target, source, rule)`` asks ``source`` for a tree before every forward after
 the prefill (or also for the prefill itself with ``draft_in_prefill=True``, which retrieval
-uses so a fully accepted draft costs one target forward).
+uses so a fully accepted draft costs one target forward). Results are
+:class:`~heisd_ros.decoding.interface.ActionResult` without a path record.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,32 +18,14 @@ from heisd_ros.actions.normalization import ActionCodec
 from heisd_ros.data.observation import ACTION_DIM, Observation
 from heisd_ros.decoding.acceptance import AcceptanceRule, exact_rule
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
+from heisd_ros.decoding.interface import ActionResult, Decoder
 from heisd_ros.decoding.stats import StageClock, StepStats
 from heisd_ros.decoding.step import speculative_step
 from heisd_ros.models.target import Prefix, TargetVLA
 
 _ACTION_IDS = itertools.count(1)
 
-
-@dataclass(frozen=True)
-class ActionResult:
-    """One decoded action.
-
-    Attributes:
-        tokens: (7,) action token ids.
-        bins: (7,) bins 0..255.
-        action: (7,) physical action (m, rad, gripper 0/1) from the decoder's codec.
-        hidden: (7, H) last-layer hidden state (lm_head input) that predicted each token.
-        vision_features: (n_cameras, D) pooled vision features (retrieval DB embedding input).
-        stats: counters and stage latencies.
-    """
-
-    tokens: np.ndarray
-    bins: np.ndarray
-    action: np.ndarray
-    hidden: torch.Tensor
-    vision_features: torch.Tensor
-    stats: StepStats
+__all__ = ["ActionDecoder", "ActionResult", "gripper_state"]
 
 
 def gripper_state(observation: Observation) -> bool | None:
@@ -55,7 +37,7 @@ def gripper_state(observation: Observation) -> bool | None:
     return observation.episode.gripper_closed if observation.episode is not None else None
 
 
-class ActionDecoder:
+class ActionDecoder(Decoder):
     """Greedy or speculative decoding of one action per call (see the module docstring)."""
 
     def __init__(self, target: TargetVLA, source: DraftSource | None = None,

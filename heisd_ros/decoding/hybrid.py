@@ -55,11 +55,22 @@ from heisd_ros.data.observation import (
     Observation,
 )
 from heisd_ros.decoding.acceptance import AcceptanceRule, RelaxedRule, VerifyView, exact_rule
-from heisd_ros.decoding.behind import BEHIND_NONE, BehindChecker, CheckVerdict
+from heisd_ros.decoding.behind import BehindChecker, CheckVerdict
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
-from heisd_ros.decoding.methods import METHODS, Switches
+from heisd_ros.decoding.interface import (
+    DRAFT_DRAFTER,
+    DRAFT_NONE,
+    DRAFT_RETRIEVAL,
+    ROUTER_DRAFTER,
+    ROUTER_OFF,
+    ROUTER_RETRIEVAL,
+    ActionResult,
+    Decoder,
+    HybridStepRecord,
+)
+from heisd_ros.decoding.methods import METHODS, Switches, check_method
 from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig, GroupRule, accepted_group_path
 from heisd_ros.decoding.retrieval_source import (
     RetrievalOutcome,
@@ -88,9 +99,10 @@ from heisd_ros.retrieval.embedding import embedding_from_features
 from heisd_ros.retrieval.records import Candidate
 
 GRIPPER_DIM = ACTION_DIM - 1
-# HybridStep.msg constants.
-ROUTER_DRAFTER, ROUTER_RETRIEVAL, ROUTER_OFF = 0, 1, 2
-DRAFT_NONE, DRAFT_DRAFTER, DRAFT_RETRIEVAL = 0, 1, 2
+# The HybridStep constants and the record are the interface's, re-exported here.
+__all__ = ["DRAFT_DRAFTER", "DRAFT_NONE", "DRAFT_RETRIEVAL", "ROUTER_DRAFTER", "ROUTER_OFF",
+           "ROUTER_RETRIEVAL", "HybridConfig", "HybridDecoder", "HybridStepRecord",
+           "build_hybrid_decoder", "gripper_safe"]
 
 
 @dataclass(frozen=True)
@@ -131,8 +143,7 @@ class HybridConfig:
     cost_aware_drafting: bool = True
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method: unknown method {self.method!r}; valid: {list(METHODS)}")
+        check_method(self.method)
         lo, hi = (float(x) for x in self.skip_bounds)
         if not -1.0 <= lo <= hi <= 1.0:
             raise ValueError(f"skip_bounds: expected -1 <= low <= high <= 1, got "
@@ -164,66 +175,6 @@ class HybridConfig:
     def switches(self) -> Switches:
         """Components of ``method``."""
         return METHODS[self.method]
-
-
-@dataclass
-class HybridStepRecord:
-    """Which path one step took and why; field names follow ``msg/HybridStep.msg``."""
-
-    router_mode: int = ROUTER_OFF
-    fused_metric: float = float("nan")
-    curvature_term: float = float("nan")
-    displacement_term: float = float("nan")
-    curvature_radius_m: float = float("nan")
-    displacement_m: float = float("nan")
-    router_threshold: float = float("nan")
-    draft_source: int = DRAFT_NONE
-    verify_skipped: bool = False
-    unverified_run: int = 0   # unverified steps in a row including this one (0: verified)
-    skip_rule: str = ""       # what allowed an unverified step ("similarity", "follow", "router")
-    skip_similarity: float = float("nan")
-    skip_threshold: float = float("nan")
-    checked_behind: bool = False   # this unverified action is being checked by the target
-    behind_result: int = BEHIND_NONE   # the previous step's check, collected at this step
-    behind_bin_difference: int = -1    # its teacher-forced sum of |bin differences|
-    behind_wait_ms: float = 0.0        # how long this step waited for it
-    behind_check_ms: float = float("nan")   # how long its forward took
-    accepted_tokens: int = 0
-    accepted_length_per_round: list[int] = field(default_factory=list)
-    first_error_position: int = -1
-    target_forwards: int = 0
-    drafter_forwards: int = 0
-    retrieval_calls: int = 0
-    action_bins: list[int] = field(default_factory=list)
-    action: list[float] = field(default_factory=list)
-    stage_ms: dict[str, float] = field(default_factory=dict)
-    status: str = ""     # empty when normal; else why the step degraded
-    why: str = ""        # always: the decision trail, for logs
-
-    def to_msg_fields(self) -> dict:
-        """HybridStep fields (``<stage>_ms`` flattened; ``why`` dropped)."""
-        out = {k: v for k, v in self.__dict__.items() if k not in ("stage_ms", "why")}
-        out.update({f"{s}_ms": float(self.stage_ms.get(s, 0.0)) for s in STAGES})
-        return out
-
-
-@dataclass(frozen=True)
-class HybridResult:
-    """One decoded action (like ``ActionResult``) plus the path record.
-
-    ``hidden`` is (7, H) when the target ran the whole action, None when verify-skipped.
-    ``behind``: the verdict on the previous step's action collected at this step
-    (``heisd_behind``), else None.
-    """
-
-    tokens: np.ndarray
-    bins: np.ndarray
-    action: np.ndarray
-    hidden: object
-    vision_features: object
-    stats: StepStats
-    record: HybridStepRecord
-    behind: CheckVerdict | None = None
 
 
 def gripper_safe(rule: AcceptanceRule) -> AcceptanceRule:
@@ -281,7 +232,7 @@ class _RetrievalThenDrafter(DraftSource):
         return self.rules[self.current.name](view)
 
 
-class HybridDecoder:
+class HybridDecoder(Decoder):
     """Decodes one action per call along the path the method and the router choose."""
 
     def __init__(self, target, config: HybridConfig | None = None, *,
@@ -366,7 +317,7 @@ class HybridDecoder:
 
     # ------------------------------------------------------------------ one step
     def decode(self, observation: Observation,
-               ee_positions_m: np.ndarray | None = None) -> HybridResult:
+               ee_positions_m: np.ndarray | None = None) -> ActionResult:
         """Decode one action; never raises for a retrieval problem (it degrades instead).
 
         Args:
@@ -549,16 +500,16 @@ class HybridDecoder:
             return candidate, rule
         return None
 
-    def _skipped(self, candidate: Candidate, prefix) -> HybridResult:
+    def _skipped(self, candidate: Candidate, prefix) -> ActionResult:
         bins = np.asarray(candidate.bins, dtype=np.int64)
         stats = StepStats(tokens_from_draft=ACTION_DIM, draft_source="retrieval")
-        return HybridResult(tokens=np.asarray(self.target.actions.token_of_bin(bins), np.int64),
+        return ActionResult(tokens=np.asarray(self.target.actions.token_of_bin(bins), np.int64),
                             bins=bins, action=self.codec.decode(bins), hidden=None,
                             vision_features=prefix.vision_features, stats=stats,
                             record=HybridStepRecord(verify_skipped=True))
 
     def _verified(self, observation: Observation, prefix, outcome: RetrievalOutcome | None,
-                  notes: list[str]) -> HybridResult:
+                  notes: list[str]) -> ActionResult:
         tail = None
         if outcome is not None:
             self.retrieval.prepare(outcome)
@@ -584,8 +535,7 @@ class HybridDecoder:
                                     / (ACTION_DIM - first))
             notes.append(f"rounds after the retrieval draft by {tail} "
                          f"({self._tail_costs.describe()} per token)")
-        return HybridResult(r.tokens, r.bins, r.action, r.hidden, r.vision_features, r.stats,
-                            HybridStepRecord())
+        return replace(r, record=HybridStepRecord())
 
 
 def _executed_point(outcome: RetrievalOutcome, bins: np.ndarray,
@@ -616,7 +566,7 @@ def _fill_route(record: HybridStepRecord, d: RouteDecision) -> None:
     record.displacement_m, record.router_threshold = d.displacement_m, d.threshold
 
 
-def _fill_result(record: HybridStepRecord, result: HybridResult, used_retrieval: bool,
+def _fill_result(record: HybridStepRecord, result: ActionResult, used_retrieval: bool,
                  stage_ms: dict) -> None:
     stats = result.stats
     record.verify_skipped = result.record.verify_skipped
@@ -633,29 +583,8 @@ def _fill_result(record: HybridStepRecord, result: HybridResult, used_retrieval:
     record.stage_ms = stage_ms
 
 
-def open_warm_store(store_config, target, tasks=None):
-    """Open ``store_config`` checked against ``target``'s fingerprint, then warm it up.
-
-    Warming up is what the retrieval node does after opening: no control step pays for
-    loading a shard. ``tasks`` limits it to the collections this process will query (those
-    the DB has; None = all): an embedded shard is locked by the process that loaded it, so
-    processes sharing one DB must each load only their own tasks. Open once per process and
-    share the result.
-    """
-    from heisd_ros.retrieval.embedding import model_fingerprint
-    from heisd_ros.retrieval.store import open_store
-
-    store = open_store(store_config, model_fingerprint=model_fingerprint(target))
-    if tasks is None:
-        store.warm_up()
-    else:
-        present = set(store.list_collections())
-        store.warm_up([task for task in tasks if task in present])
-    return store
-
-
 def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None,
-                         store_config=None, store=None, router_stats=None, calibration=None,
+                         store=None, router_stats=None, calibration=None,
                          config: HybridConfig | None = None, codec: ActionCodec | None = None,
                          task: str | None = None,
                          skip_threshold: float | None = None,
@@ -668,13 +597,12 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
         draft_head: a DraftHead, a safetensors path (``heisd-train-drafter``), or None (the
             decoder then uses AR where it would draft).
         retriever: a retrieval client (``Retriever`` or a ROS service client), or None.
-        store_config: a StoreConfig to open in-process instead (fingerprint-checked and
-            warmed up, as the retrieval node does).
-        store: an already opened ``VectorStore`` to query in-process instead (one store
-            shared by several decoders of a process: an embedded DB can be opened once).
+        store: an opened ``VectorStore`` to query in-process instead (one store shared by
+            several decoders of a process: an embedded DB can be opened once;
+            ``heisd_ros.decoder_loader.open_warm_store`` opens one checked and warmed up).
         router_stats: RouterStats or a JSON path (``heisd-build-db`` writes one per suite).
-        calibration: a VerifySkipCalibration or a JSON path (``heisd-calibrate``); sets the
-            skip and router thresholds.
+        calibration: a loaded, checked ``VerifySkipCalibration`` (``heisd_ros.decoder_loader``
+            reads it), or None; its ``apply(config)`` sets the skip and router thresholds.
         config: further settings (its method is replaced by ``method``).
         codec: the action codec (default: the target's, ``target.codec``).
         task: DB collection to query (default: per observation, ``task_of``).
@@ -687,11 +615,7 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
 
     config = replace(config or HybridConfig(), method=method)
     if calibration is not None:
-        from heisd_ros.calibration.verify_skip import VerifySkipCalibration
-
-        cal = (calibration if isinstance(calibration, VerifySkipCalibration)
-               else VerifySkipCalibration.load(calibration))
-        config = cal.apply(config)
+        config = calibration.apply(config)
     if skip_threshold is not None:
         config = config.with_skip_threshold(skip_threshold)
     if router_threshold is not None:
@@ -705,11 +629,9 @@ def build_hybrid_decoder(method: str, target, *, draft_head=None, retriever=None
             draft_head = load_draft_head(draft_head, target)
         drafter = DrafterSource(draft_head, target, config.drafter_tree)
     retrieval = None
-    if sw.retrieval and retriever is None and (store is not None or store_config is not None):
+    if sw.retrieval and retriever is None and store is not None:
         from heisd_ros.retrieval.retriever import Retriever, RetrieverConfig
 
-        if store is None:
-            store = open_warm_store(store_config, target)
         retriever = Retriever(store, RetrieverConfig(k=config.retrieval.k, demote_steps=0))
     if sw.retrieval and retriever is not None:
         retrieval = RetrievalSource(retriever, target.actions.vocab_base, config.retrieval)

@@ -81,10 +81,19 @@ HEAD_METHODS: tuple[str, ...] = tuple(n for n, s in METHODS.items() if s.drafter
 
 
 def check_method(name: str, option: str = "method") -> str:
-    """``name`` if it is a method of :data:`METHODS`; else ValueError listing the valid names."""
+    """``name`` if it is a method of :data:`METHODS`; else ValueError listing the valid names.
+
+    The one check of a method name: every front end and config calls it.
+    """
     if name not in METHODS:
         raise ValueError(f"{option}: unknown method {name!r}; valid: {', '.join(METHOD_NAMES)}")
     return name
+
+
+def check_methods(names, option: str = "--methods") -> list[str]:
+    """``names`` checked (:func:`check_method`), without repeats, "ar" (the reference) first."""
+    names = [check_method(n, option) for n in dict.fromkeys(names)]
+    return ["ar"] + [n for n in names if n != "ar"]
 
 
 def needs_head(methods) -> bool:

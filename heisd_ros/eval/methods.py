@@ -1,27 +1,37 @@
 """Decoding methods by name for the tools: the context they load, and the per-step record.
 
-The method table is :data:`heisd_ros.decoding.methods.METHODS` and the decoders come from
-:func:`heisd_ros.decoding.builder.build_decoder`; here the tools (heisd-eval, heisd-replay,
-heisd-record) load their resources into a :class:`MethodContext` (:func:`make_context`) and
-:func:`build_method` hands them to the builder.
+The method table is :data:`heisd_ros.decoding.methods.METHODS`; the tools (heisd-eval,
+heisd-replay, heisd-record, heisd-collect) turn their options into
+``heisd_ros.decoder_loader.DecoderOptions``, the one loader loads and checks the resources
+into a :class:`MethodContext` (:func:`make_context`), and :func:`build_method` hands them to
+``heisd_ros.decoding.builder.build_decoder``. Every decoder is a
+``heisd_ros.decoding.interface.Decoder``; :class:`DecoderPolicy` runs one in closed loop.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from heisd_ros.data.observation import EpisodeState
-from heisd_ros.decoding.builder import DEFAULT_RELAXED_RADIUS_BINS, DecoderResources
-from heisd_ros.decoding.methods import HYBRID_METHODS, METHODS, needs_head
+from heisd_ros.decoder_loader import (
+    CLI_NAMES,
+    DecoderOptions,
+    load_resources,
+    open_warm_store,
+    resolve_router_stats,
+)
+from heisd_ros.decoding.builder import DecoderResources
+from heisd_ros.decoding.interface import ROUTER_MODE_NAMES
+from heisd_ros.decoding.methods import HYBRID_METHODS, METHODS, check_method, check_methods
 from heisd_ros.latency.counters import DecisionCounters
 
 __all__ = ["DecoderPolicy", "MethodContext", "build_method", "check_methods", "context_from_args",
-           "make_context", "router_stats_for"]
+           "make_context"]
 
 
 @dataclass
@@ -30,7 +40,8 @@ class MethodContext:
 
     Attributes:
         resources: what every method's decoder is built from (target, draft head, router
-            statistics, calibration, tree settings); the tools set ``router_stats`` per suite.
+            statistics, calibration, tree settings); :meth:`use_suite` sets ``router_stats``.
+        options: the options the resources were loaded from.
         db: a ``StoreConfig`` of a DB to open in-process, a retrieval client (``Retriever``),
             or None (hybrid methods then degrade to the drafter / AR per step).
         tasks: the DB collections this process will query (empty = all); an in-process
@@ -41,9 +52,19 @@ class MethodContext:
     """
 
     resources: DecoderResources
+    options: DecoderOptions = field(default_factory=DecoderOptions)
     db: Any = None
     tasks: tuple[str, ...] = ()
     opened_store: Any = None
+
+    def use_suite(self, suite: str | None) -> str | None:
+        """Router statistics of ``suite`` from here on (the loader's rule); returns the path.
+
+        Explicit ones, else the DB's ``router_stats_<suite>.json`` if present, else None
+        (router methods then fail with a message naming ``router_stats``).
+        """
+        self.resources.router_stats = resolve_router_stats(self.options, suite=suite).path
+        return self.resources.router_stats
 
     def close(self) -> None:
         """Release the in-process store, if one was opened (its shard locks go with it)."""
@@ -52,25 +73,15 @@ class MethodContext:
             self.opened_store = None
 
 
-def check_methods(names) -> list[str]:
-    """``names`` as a list, with "ar" first (the reference); ValueError listing valid names."""
-    names = list(dict.fromkeys(names))
-    unknown = [n for n in names if n not in METHODS]
-    if unknown:
-        raise ValueError(f"methods: unknown {unknown}; valid names are {sorted(METHODS)}")
-    return ["ar"] + [n for n in names if n != "ar"]
-
-
 def build_method(name: str, ctx: MethodContext):
     """The decoder of method ``name`` (ValueError listing the valid names if unknown)."""
     from heisd_ros.decoding.builder import build_decoder
+    from heisd_ros.retrieval.store_config import StoreConfig
 
-    check_methods([name])
+    check_method(name)
     store = None
-    if METHODS[name].hybrid and type(ctx.db).__name__ == "StoreConfig":
+    if METHODS[name].hybrid and isinstance(ctx.db, StoreConfig):
         if ctx.opened_store is None:
-            from heisd_ros.decoding.hybrid import open_warm_store
-
             # One embedded store per process, shared by every method's decoder (each keeps
             # its own Retriever and episode memory); it is opened and warmed up once.
             ctx.opened_store = open_warm_store(ctx.db, ctx.resources.target, ctx.tasks or None)
@@ -79,22 +90,17 @@ def build_method(name: str, ctx: MethodContext):
                                        retriever=None if store is not None else ctx.db))
 
 
-#: HybridStep.msg router_mode constants -> names used in reports.
-ROUTER_MODE_NAMES = {0: "drafter", 1: "retrieval", 2: "off"}
-
-
 def step_record(result) -> dict:
-    """JSON-friendly record of one decoded action for metrics and reports.
+    """JSON-friendly record of one decoded action (an ``ActionResult``) for metrics, reports.
 
-    ``result`` is an ``ActionResult`` or a hybrid result with a ``record``
-    (``HybridStepRecord``); without one the router mode is "off" and nothing was skipped.
-    ``hybrid`` holds the HybridStep fields (NaN as None) when there is a record.
+    Without a path record (a plain decode) the router mode is "off", nothing was skipped and
+    ``hybrid`` is None; with one, ``hybrid`` holds its HybridStep fields (NaN as None).
     """
-    stats, record = result.stats, getattr(result, "record", None)
+    stats = result.stats
     fields = None
-    if record is not None:
+    if result.record is not None:
         fields = {k: (None if isinstance(v, float) and v != v else v)
-                  for k, v in record.to_msg_fields().items()}
+                  for k, v in result.msg_fields().items()}
     return {"tokens": np.asarray(result.tokens).tolist(),
             "bins": np.asarray(result.bins).tolist(),
             "action": np.asarray(result.action, dtype=float).tolist(),
@@ -105,9 +111,9 @@ def step_record(result) -> dict:
             "tokens_from_draft": int(stats.tokens_from_draft),
             "first_error_position": int(stats.first_error_position),
             "draft_source": stats.draft_source,
-            "router_mode": ROUTER_MODE_NAMES.get(getattr(record, "router_mode", 2), "off"),
-            "verify_skipped": bool(getattr(record, "verify_skipped", False)),
-            "status": str(getattr(record, "status", "")),
+            "router_mode": ROUTER_MODE_NAMES.get(result.router_mode, "off"),
+            "verify_skipped": result.verify_skipped,
+            "status": str(result.status),
             "stage_ms": {k: float(v) for k, v in stats.stage_ms.items()},
             "counters": DecisionCounters.from_stats(stats).to_dict(),
             "hybrid": fields}
@@ -120,18 +126,6 @@ def check_record(verdict) -> dict:
             "first_rejected_dim": int(verdict.first_rejected_dim),
             "target_bins": np.asarray(verdict.target_bins).tolist(),
             "check_ms": float(verdict.check_ms), "cpu_ms": float(verdict.cpu_ms)}
-
-
-def start_episode(decoder, task: str | None = None) -> None:
-    """Reset a decoder's per-episode state if it has any.
-
-    Hybrid decoders get ``begin_episode(task)`` (``task`` = the retrieval DB collection, the
-    task name ``heisd-build-db`` used); others ``reset()`` if they have it.
-    """
-    if callable(getattr(decoder, "begin_episode", None)):
-        decoder.begin_episode(task)
-    elif callable(getattr(decoder, "reset", None)):
-        decoder.reset()
 
 
 class DecoderPolicy:
@@ -152,7 +146,8 @@ class DecoderPolicy:
         """Forward the episode start to decoders that keep history (router windows)."""
         self.episode = EpisodeState(self.task)
         self._last_step = None
-        start_episode(self.decoder, self.task)
+        # task = the retrieval DB collection, the task name heisd-build-db used
+        self.decoder.begin_episode(self.task)
 
     def end_episode(self, success: bool) -> None:
         """Tell an adaptive decoder the episode's outcome (online skip threshold).
@@ -160,13 +155,11 @@ class DecoderPolicy:
         A check behind still running on the last action is collected into its step record.
         """
         self.finish_checks()
-        if callable(getattr(self.decoder, "episode_end", None)):
-            self.decoder.episode_end(bool(success))
+        self.decoder.episode_end(bool(success))
 
     def finish_checks(self) -> None:
         """Collect a check behind still running on the last action into its step record."""
-        if callable(getattr(self.decoder, "collect_check", None)):
-            self._attach_check(self.decoder.collect_check())
+        self._attach_check(self.decoder.collect_check())
 
     def _attach_check(self, verdict) -> None:
         """Put a check-behind verdict into the record of the step whose action it checked."""
@@ -183,7 +176,7 @@ class DecoderPolicy:
         cpu_started = time.thread_time()
         result = self.decoder.decode(replace(observation, episode=self.episode))
         cpu_ms = (time.thread_time() - cpu_started) * 1e3
-        self._attach_check(getattr(result, "behind", None))
+        self._attach_check(result.behind)
         action = np.asarray(result.action, dtype=np.float64)
         self.episode = self.episode.executed(action)
         step = step_record(result)
@@ -192,120 +185,76 @@ class DecoderPolicy:
         return action, step
 
 
-def make_context(target_path: str | None, drafter_path: str | None, methods, seed: int = 0,
-                 relaxed_radius_bins=DEFAULT_RELAXED_RADIUS_BINS, db_path: str | None = None,
-                 calibration: str | None = None,
+def make_context(methods, options: DecoderOptions | None = None, *,
+                 target_path: str | None = None, choice=None, seed: int = 0,
                  gripper_switch_prob: str | float | None = None,
-                 retrieval_tree_nodes: int | None = None,
-                 retrieval_deadline_ms: float | None = None,
-                 skip_threshold: float | None = None,
-                 router_threshold: float | None = None,
-                 max_unverified_run: int | None = None,
-                 follow_min_similarity: float | None = None,
-                 router_min_points: int | None = None,
-                 warn=None, choice=None,
-                 openvla_options: dict | None = None) -> tuple[MethodContext, dict]:
-    """(context, description) for the tools: the target and, if needed, a drafter.
+                 openvla_options: dict | None = None,
+                 warn=None) -> tuple[MethodContext, dict]:
+    """(context, description) for the tools: the target and what ``methods`` need.
 
     The target is ``choice`` (a ``heisd_ros.models.loading.TargetChoice``: the small VLA or
     an OpenVLA checkpoint, with ``openvla_options`` for fields without an option) when given,
     else the small VLA ``target_path``, else the shipped small VLA, else a seeded random init
-    (``heisd_ros.models.loading.load_choice``). A draft head is loaded only when a method uses
-    one: ``drafter_path``, else the shipped head for the shipped small VLA, else a seeded
-    untrained head, with a warning (``warn``; default: a logging warning) and
-    ``description["drafter_untrained"]`` True
-    (``heisd_ros.models.draft_head_choice.choose_draft_head``). ``db_path`` is an embedded
-    (edge) DB directory built by ``heisd-build-db``; router statistics are set per suite with
-    :func:`router_stats_for`.
-    ``gripper_switch_prob`` overrides the target's gripper decision rule (a probability, or
-    "none" for plain greedy; None keeps the checkpoint's, see ``TargetVLA.greedy_bins``).
-    ``retrieval_tree_nodes``: node budget of the hybrid methods' retrieval tree (None: default).
-    ``retrieval_deadline_ms``: time budget of one retrieval query (0: none; None: default).
-    ``skip_threshold``: the verify-skip threshold over the calibration's (None: its own).
-    ``router_threshold``: the router's threshold on F over the calibration's (None: its own).
-    ``max_unverified_run``: most unverified steps in a row, for every rule (None: defaults).
-    ``follow_min_similarity``: the ``follow`` rule's least similarity of the followed
-    demonstration's next point (None: default).
-    ``router_min_points``: fewest EE positions from which the router decides (None: a full
-    window).
+    (``heisd_ros.models.loading.load_choice``); ``gripper_switch_prob`` overrides its gripper
+    decision rule (a probability, or "none" for plain greedy; None keeps the checkpoint's).
+    The rest comes from ``options`` through the loader
+    (``heisd_ros.decoder_loader.load_resources``): a draft head only when a method uses one
+    (an untrained one is warned about through ``warn``, default a logging warning, and flagged
+    in ``description["drafter_untrained"]``), the calibration checked against the target.
+    ``options.db_dir`` is an embedded (edge) DB directory built by ``heisd-build-db``; router
+    statistics are set per suite with :meth:`MethodContext.use_suite`.
+
+    Raises:
+        ValueError: a bad option (named as ``options.names`` spells it), a draft head for
+            another target, a calibration made for another model.
     """
-    from heisd_ros.models.draft_head_choice import choose_draft_head
     from heisd_ros.models.loading import TargetChoice, load_choice
 
+    options = options or DecoderOptions(names=CLI_NAMES)
     choice = choice or TargetChoice(path=target_path)
     target, target_desc = load_choice(choice, seed, gripper_switch_prob, openvla_options)
-    drafter, drafter_desc, untrained = None, None, False
-    if needs_head(methods):
-        # OpenVLA: no file to compare a head's card with; its fingerprint decides.
-        head = choose_draft_head(target, choice.small_vla_file(), drafter_path, seed,
-                                 warn or _warn_stderr)
-        drafter, drafter_desc, untrained = head.head, head.description, head.untrained
-    retrieval_tree = None
-    if retrieval_tree_nodes is not None:
-        from heisd_ros.decoding.retrieval_tree import GroupTreeConfig
-
-        try:
-            retrieval_tree = GroupTreeConfig(node_budget=retrieval_tree_nodes)
-        except ValueError as err:
-            raise ValueError(f"--retrieval-tree-nodes: {err}") from err
-    if skip_threshold is not None and not -1.0 <= float(skip_threshold) <= 1.0:  # NaN too
-        raise ValueError(f"--skip-threshold: expected a cosine similarity in [-1, 1], got "
-                         f"{skip_threshold}")
-    if router_threshold is not None and not 0.0 <= float(router_threshold) <= 1.0:  # NaN too
-        raise ValueError(f"--router-threshold: expected a threshold on F in [0, 1], got "
-                         f"{router_threshold}")
-    options = {}
-    if max_unverified_run is not None or follow_min_similarity is not None:
-        from heisd_ros.decoding.unverified import UnverifiedConfig
-
-        unverified = UnverifiedConfig()
-        for option, change in (("--max-unverified-run", {"max_run": max_unverified_run}),
-                               ("--follow-min-similarity",
-                                {"follow_min_similarity": follow_min_similarity})):
-            try:
-                unverified = unverified.overridden(**change)
-            except ValueError as err:
-                raise ValueError(f"{option}: {err}") from err
-        options["unverified"] = unverified
-    if router_min_points is not None:
-        from heisd_ros.kinematics.router import RouterConfig
-
-        try:
-            # the window comes from the router statistics; more points than it: a full window
-            n = int(router_min_points)
-            options["router"] = RouterConfig(window=max(RouterConfig().window, n), min_points=n)
-        except ValueError as err:
-            raise ValueError(f"--router-min-points: {err}") from err
-    retrieval = None
-    if retrieval_deadline_ms is not None:
-        from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
-
-        try:
-            retrieval = RetrievalSourceConfig(deadline_s=float(retrieval_deadline_ms) / 1e3)
-        except ValueError as err:
-            raise ValueError(f"--retrieval-deadline-ms: {err}") from err
+    loaded = load_resources(target, methods, options, target_file=choice.small_vla_file(),
+                            seed=seed, warn=warn or _warn_stderr)
     db = None
-    if db_path and any(m in HYBRID_METHODS for m in methods):
+    if options.db_dir and any(m in HYBRID_METHODS for m in methods):
         from pathlib import Path
 
         from heisd_ros.retrieval.store_config import StoreConfig
 
-        if not Path(db_path).is_dir():
-            raise ValueError(f"--db: {db_path} is not a directory (build one with "
-                             f"heisd-build-db)")
-        db = StoreConfig(backend="edge", path=str(db_path))
-    ctx = MethodContext(DecoderResources(
-        target, draft_head=drafter, calibration=calibration,
-        relaxed_radius_bins=tuple(relaxed_radius_bins), retrieval=retrieval,
-        retrieval_tree=retrieval_tree, skip_threshold=skip_threshold,
-        router_threshold=router_threshold, options=options), db=db)
-    return ctx, {"target": target_desc, "drafter": drafter_desc,
-                 "drafter_untrained": untrained, "db": db_path, "calibration": calibration}
+        if not Path(options.db_dir).is_dir():
+            raise ValueError(f"{options.name('db_dir')}: {options.db_dir} is not a directory "
+                             f"(build one with heisd-build-db)")
+        db = StoreConfig(backend="edge", path=str(options.db_dir))
+    head = loaded.head
+    return MethodContext(loaded.resources, options, db=db), {
+        "target": target_desc, "drafter": head.description if head is not None else None,
+        "drafter_untrained": bool(head is not None and head.untrained),
+        "db": options.db_dir or None, "calibration": options.calibration_path or None}
 
 
 def _warn_stderr(message: str) -> None:
     # Python's last-resort handler writes WARNING records to stderr when none is configured.
     logging.getLogger("heisd_ros.eval").warning("WARNING: %s", message)
+
+
+def options_from_args(args) -> DecoderOptions:
+    """The loader's options of ``add_decoder_arguments``' command line (eval, replay, record).
+
+    Raises:
+        ValueError: a bad value, named by its option (``--skip-threshold: ...``).
+    """
+    deadline_ms = args.retrieval_deadline_ms
+    return DecoderOptions(
+        drafter_path=args.drafter or "", db_dir=args.db or "",
+        router_stats_path=getattr(args, "router_stats", None) or "",
+        calibration_path=args.calibration or "",
+        retrieval_tree_nodes=args.retrieval_tree_nodes,
+        retrieval_deadline_s=float(deadline_ms) / 1e3 if deadline_ms is not None else None,
+        skip_threshold=args.skip_threshold,
+        router_threshold=getattr(args, "router_threshold", None),
+        max_unverified_run=args.max_unverified_run,
+        follow_min_similarity=getattr(args, "follow_min_similarity", None),
+        router_min_points=getattr(args, "router_min_points", None), names=CLI_NAMES)
 
 
 def context_from_args(args, methods, warn=None,
@@ -320,32 +269,7 @@ def context_from_args(args, methods, warn=None,
     """
     from heisd_ros.models.loading import TargetChoice
 
-    return make_context(args.target, args.drafter, methods, args.seed, db_path=args.db,
-                        choice=TargetChoice.from_args(args, closed_loop),
-                        openvla_options=getattr(args, "openvla_options", None),
-                        calibration=args.calibration,
-                        gripper_switch_prob=args.gripper_switch_prob,
-                        retrieval_tree_nodes=args.retrieval_tree_nodes,
-                        retrieval_deadline_ms=args.retrieval_deadline_ms,
-                        skip_threshold=args.skip_threshold,
-                        router_threshold=getattr(args, "router_threshold", None),
-                        max_unverified_run=args.max_unverified_run,
-                        follow_min_similarity=getattr(args, "follow_min_similarity", None),
-                        router_min_points=getattr(args, "router_min_points", None),
-                        warn=warn)
-
-
-def router_stats_for(suite: str | None, explicit: str | None, db_path: str | None) -> str | None:
-    """Router statistics JSON: ``explicit``, else ``<db>/router_stats_<suite>.json`` if present.
-
-    Returns None when neither exists (router methods then fail with a message naming it).
-    """
-    from heisd_ros.kinematics.router import router_stats_file
-
-    if explicit:
-        return explicit
-    if db_path and suite:
-        path = router_stats_file(db_path, suite)
-        if path.is_file():
-            return str(path)
-    return None
+    options = options_from_args(args)
+    return make_context(methods, options, choice=TargetChoice.from_args(args, closed_loop),
+                        seed=args.seed, gripper_switch_prob=args.gripper_switch_prob,
+                        openvla_options=getattr(args, "openvla_options", None), warn=warn)

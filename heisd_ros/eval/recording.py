@@ -21,10 +21,12 @@ from rosbags.typesys.store import Typestore
 
 from heisd_ros.data import rosbag_io
 from heisd_ros.data.episode import EpisodeRecord, EpisodeRecorder
+from heisd_ros.decoding.interface import ROUTER_MODE_NAMES, ROUTER_RETRIEVAL
 
 TOPIC_HYBRID_STEP = "/heisd/hybrid_step"
 HYBRID_STEP_TYPE = "heisd_ros/msg/HybridStep"
-_ROUTER = {"drafter": 0, "retrieval": 1, "skip": 1, "off": 2}
+# A step record's router mode by name -> HybridStep.router_mode.
+_ROUTER = {**{name: mode for mode, name in ROUTER_MODE_NAMES.items()}, "skip": ROUTER_RETRIEVAL}
 # EECommand.SOURCE_*: AR, drafter, retrieval, retrieval without verification.
 _SOURCE = {"": 0, "drafter": 1, "retrieval": 2}
 _SOURCE_SKIP = 3

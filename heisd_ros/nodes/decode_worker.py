@@ -261,8 +261,7 @@ def _serve(conn: Connection) -> int:
     except (OSError, ValueError, ImportError, RuntimeError, KeyError) as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return 1
-    conn.send(("ready", target_description, getattr(decoder, "description", ""),
-               getattr(decoder, "degraded", "")))
+    conn.send(("ready", target_description, decoder.description, decoder.degraded))
     try:
         while True:
             try:
@@ -276,7 +275,7 @@ def _serve(conn: Connection) -> int:
                 except (ValueError, RuntimeError) as exc:
                     conn.send(("failed", str(exc)))
                     continue
-                conn.send(("step", step, getattr(decoder, "degraded", ""),
+                conn.send(("step", step, decoder.degraded,
                            retrieval.client.available if retrieval else None))
             elif kind == "begin_episode":
                 decoder.begin_episode(message[1])

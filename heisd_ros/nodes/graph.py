@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heisd_ros.decoding.methods import METHOD_NAMES
+from heisd_ros.decoding.methods import check_method as check_decoder_method
 from heisd_ros.models.loading import DTYPES, MODELS
 from heisd_ros.sim.modes import SIM_MODES
 
@@ -188,9 +189,7 @@ def nodes_for(sim: bool) -> tuple[NodeSpec, ...]:
 def check_method(value: str) -> str:
     """``value`` if it names a decoder of :data:`METHODS` ("" = the YAML's); else ValueError."""
     text = str(value)
-    if text and text not in METHODS:
-        raise ValueError(f"method: unknown method {text!r}; valid: {', '.join(METHODS)}")
-    return text
+    return check_decoder_method(text) if text else text
 
 
 def parse_positive(value: str | float, name: str) -> float:

@@ -2,8 +2,8 @@ r"""heisd-calibrate: verify-skip and router thresholds from held-out demonstrati
 
 Reads the DB and ``offline_stats.json`` written by ``heisd-build-db`` (held-out episodes,
 router statistics per suite), runs the target once per held-out step (top-1 retrieval
-draft verified in the prefill forward), and writes the calibration JSON the hybrid decoder
-loads (``build_hybrid_decoder(..., calibration=path)``). See
+draft verified in the prefill forward), and writes the calibration JSON the decoder loader
+reads (``--calibration``, ``model.calibration_path``; checked against the model). See
 ``heisd_ros/calibration/verify_skip.py`` for the definitions.
 
 Examples:

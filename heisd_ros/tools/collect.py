@@ -108,7 +108,7 @@ def _takeover_policy(args):
     from heisd_ros.eval.methods import DecoderPolicy, build_method, make_context
 
     torch.set_num_threads(max(1, args.threads))
-    ctx, desc = make_context(args.takeover_policy, None, ["ar"])
+    ctx, desc = make_context(["ar"], target_path=args.takeover_policy)
     return DecoderPolicy(build_method("ar", ctx)), f"ar: {desc['target']}"
 
 

@@ -389,7 +389,7 @@ def _run_tasks(args, methods, tasks, finished=None):
     ``finished(task, method)`` is called after every episode.
     """
     from heisd_ros.eval.closed_loop import run_interleaved_episodes
-    from heisd_ros.eval.methods import build_method, context_from_args, router_stats_for
+    from heisd_ros.eval.methods import build_method, context_from_args
     from heisd_ros.sim.config import SimConfig
 
     sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
@@ -405,7 +405,7 @@ def _run_tasks(args, methods, tasks, finished=None):
     try:
         for suite in dict.fromkeys(s for s, _ in tasks):
             # Router statistics are per suite, so the decoders are built per suite.
-            ctx.resources.router_stats = router_stats_for(suite, args.router_stats, args.db)
+            ctx.use_suite(suite)
             decoders = {m: build_method(m, ctx) for m in methods}
             if realtime is not None and realtime.profile is not None:
                 price_paths(decoders.values(), realtime.profile)
@@ -421,15 +421,14 @@ def price_paths(decoders, profile) -> None:
     """Decoders that choose between exact decode paths by cost choose by ``profile``'s prices.
 
     Their choice then does not depend on this machine's load, so a run at a latency profile
-    repeats exactly.
+    repeats exactly (``Decoder.path_pricing``; decoders without such a choice ignore it).
     """
     from functools import partial
 
     from heisd_ros.latency.pricing import work_ms
 
     for decoder in decoders:
-        if hasattr(decoder, "path_pricing"):
-            decoder.path_pricing = partial(work_ms, profile)
+        decoder.path_pricing = partial(work_ms, profile)
 
 
 def _jobs(tasks, max_steps: int | None) -> list[tuple[str, list[tuple[str, str]]]]:

@@ -77,12 +77,11 @@ def run(args) -> list[dict]:
                 build_method,
                 check_methods,
                 context_from_args,
-                router_stats_for,
             )
 
-            check_methods([args.policy])
+            check_methods([args.policy], "--policy")
             ctx, _ = context_from_args(args, [args.policy], warn=_warn, closed_loop=True)
-            ctx.resources.router_stats = router_stats_for(args.suite, args.router_stats, args.db)
+            ctx.use_suite(args.suite)
             policy = DecoderPolicy(build_method(args.policy, ctx), task=args.task)
         with tqdm(total=args.episodes, unit="episode", file=sys.stderr) as bar:
             return record_runs(policy, args.suite, args.task, args.episodes, args.seed, args.out,

@@ -144,7 +144,6 @@ def run(args) -> dict:
         build_method,
         check_methods,
         context_from_args,
-        router_stats_for,
     )
     from heisd_ros.eval.projection import project
     from heisd_ros.eval.replay import replay_frames, summarise_replay
@@ -166,8 +165,7 @@ def run(args) -> dict:
     observations = iter_frames(info, topics, instruction, args.max_frames, options, pairing)
     first = next(observations)  # before the models load: the first pass pairs (or says why not)
     ctx, desc = context_from_args(args, methods, warn=_warn)
-    ctx.resources.router_stats = router_stats_for(info.custom_data.get("heisd.suite"),
-                                                  args.router_stats, args.db)
+    ctx.use_suite(info.custom_data.get("heisd.suite"))
     decoders = {m: build_method(m, ctx) for m in methods}
     total = pairing.paired if args.max_frames is None else min(pairing.paired, args.max_frames)
     with tqdm(total=total, unit="frame", file=sys.stderr) as bar:
