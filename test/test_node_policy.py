@@ -122,7 +122,7 @@ def send(graph, *, third=None, wrist=None, joints=0.1, offset_s=0.0, encoding="r
     # The frames go out once the policy holds this state and has started any episode it was
     # asked to (a start drops the frames it holds).
     state_s = stamp_to_seconds(joint.header.stamp)
-    assert spin_until(executor, lambda: policy._episode_request is None and (
+    assert spin_until(executor, lambda: policy.episodes.pending is None and (
         (robot := policy.gate._robot) is not None and robot.stamp_s == state_s)), \
         "the policy never took the robot state"
     cmds, refused = len(out["cmd"]), dict(policy.refusals)
@@ -264,7 +264,7 @@ def test_a_command_from_frames_too_old_when_ready_is_not_sent(graph):
 
 def test_a_machine_too_slow_for_the_age_limit_is_named_once_with_what_to_do(graph):
     """Decode time above max_command_age_s: one warning, kept in diagnostics, with figures."""
-    from heisd_ros.nodes.policy_node import TOO_SLOW_MIN_STEPS
+    from heisd_ros.nodes.policy_staleness import TOO_SLOW_MIN_STEPS
 
     policy = graph[0]
     limit_s = policy.config.max_command_age_s
@@ -353,7 +353,7 @@ def test_an_episode_that_starts_again_resets_the_episode_state(graph):
         started = policy.episodes_started
         pub.publish(hmsg.EpisodeStatus(suite="piper_goal", task="t", episode=0, seed=0,
                                        step=step, done=done))
-        assert spin_until(executor, lambda: policy._episode_status_progress == (step, done))
+        assert spin_until(executor, lambda: policy.episodes.progress == (step, done))
         cmds, refused = send(graph)
         assert len(cmds) == 1 and not refused, refused
         return policy.episodes_started - started
