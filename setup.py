@@ -20,7 +20,7 @@ EXTRAS = {
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
 
 TOOLS = ["train-drafter", "bench", "collect", "bringup", "build-db", "calibrate", "train-vla",
-         "eval", "record", "replay", "model"]
+         "eval", "record", "replay", "model", "demo"]
 
 setup(
     name="heisd_ros",

@@ -1,6 +1,7 @@
-"""Sim graph tool: per-episode windowing, the stall bound and the sim's log lines.
+"""heisd-bench sim-graph: per-episode windowing, the stall bound and the sim's log lines.
 
-The pure figures are checked on synthetic timestamps; one short run starts the real graph.
+The pure figures (``heisd_ros.tools.graph.sim_report``, ``sg`` below) are checked on
+synthetic timestamps; one short run starts the real graph.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import sys
 
 import pytest
 
-from heisd_ros.tools import sim_graph as sg
+from heisd_ros.tools.bench import parse_args
+from heisd_ros.tools.graph import sim_report as sg
+from heisd_ros.tools.graph.listener import CAMERAS, Status, stamp_from_cdr
+from heisd_ros.tools.graph.sim_cli import check_args
 
 A = ("piper_goal", "red_block_on_plate", 0, 0)
 B = ("piper_goal", "red_block_on_plate", 1, 1)
@@ -21,20 +25,20 @@ C = ("piper_goal", "red_block_on_plate", 2, 2)
 
 def _statuses():
     """Episode A runs 10..20 s (time_limit), B 22..31 s (success), C from 33 s on."""
-    return [sg.Status(10.0, A, 0, False), sg.Status(12.0, A, 5, False),
-            sg.Status(20.0, A, 100, True, False, "time_limit"),
-            sg.Status(22.0, B, 0, False), sg.Status(25.0, B, 30, False),
-            sg.Status(31.0, B, 90, True, True, "success"), sg.Status(33.0, C, 0, False)]
+    return [Status(10.0, A, 0, False), Status(12.0, A, 5, False),
+            Status(20.0, A, 100, True, False, "time_limit"),
+            Status(22.0, B, 0, False), Status(25.0, B, 30, False),
+            Status(31.0, B, 90, True, True, "success"), Status(33.0, C, 0, False)]
 
 
 def test_running_intervals_exclude_the_reset_pauses():
     assert sg.running_intervals(_statuses(), 40.0) == [(10.0, 20.0), (22.0, 31.0), (33.0, 40.0)]
     # joined mid-episode (the latched status), and a late status after the done one
-    late = [sg.Status(14.0, A, 40, False), sg.Status(20.0, A, 100, True, False, "fault"),
-            sg.Status(20.5, A, 100, False)]
+    late = [Status(14.0, A, 40, False), Status(20.0, A, 100, True, False, "fault"),
+            Status(20.5, A, 100, False)]
     assert sg.running_intervals(late, 30.0) == [(14.0, 20.0)]
     # an episode that starts without the previous one's done status ends that one
-    assert sg.running_intervals([sg.Status(1.0, A, 0, False), sg.Status(5.0, B, 0, False)],
+    assert sg.running_intervals([Status(1.0, A, 0, False), Status(5.0, B, 0, False)],
                                 9.0) == [(1.0, 5.0), (5.0, 9.0)]
     assert sg.running_intervals([], 9.0) == []
     assert sg.clip_intervals([(10.0, 20.0), (22.0, 31.0), (33.0, 40.0)], 15.0, 34.0) == [
@@ -72,7 +76,7 @@ def test_stall_bound_and_verdict():
 
 
 def test_episodes_ended_in_the_window():
-    statuses = _statuses() + [sg.Status(31.0, B, 90, True, True, "success")]  # repeated
+    statuses = _statuses() + [Status(31.0, B, 90, True, True, "success")]  # repeated
     out = sg.episodes_ended(statuses, 15.0, 40.0)
     assert out == {"ended": 2, "successes": 1, "reasons": {"time_limit": 1, "success": 1},
                    "commands": [100, 90]}
@@ -147,17 +151,17 @@ def test_method_report_from_synthetic_arrivals():
 def test_stamp_from_cdr():
     little = b"\x00\x01\x00\x00" + struct.pack("<iI", 5, 250_000_000) + b"rest"
     big = b"\x00\x00\x00\x00" + struct.pack(">iI", 7, 500_000_000)
-    assert sg.stamp_from_cdr(little) == pytest.approx(5.25)
-    assert sg.stamp_from_cdr(big) == pytest.approx(7.5)
+    assert stamp_from_cdr(little) == pytest.approx(5.25)
+    assert stamp_from_cdr(big) == pytest.approx(7.5)
 
 
 def test_check_args():
-    args = sg.parse_args(["--methods", "drafter,ar,drafter"])
-    assert sg.check_args(args) == ["drafter", "ar"]
+    args = parse_args(["sim-graph", "--methods", "drafter,ar,drafter"])
+    assert check_args(args) == ["drafter", "ar"]
     with pytest.raises(ValueError, match="--db"):
-        sg.check_args(sg.parse_args(["--methods", "heisd"]))
+        check_args(parse_args(["sim-graph", "--methods", "heisd"]))
     with pytest.raises(ValueError, match="unknown method"):
-        sg.check_args(sg.parse_args(["--methods", "fast"]))
+        check_args(parse_args(["sim-graph", "--methods", "fast"]))
 
 
 def test_short_run_of_the_real_graph(tmp_path):
@@ -171,16 +175,16 @@ def test_short_run_of_the_real_graph(tmp_path):
 
     msg = Image()
     msg.header.stamp.sec, msg.header.stamp.nanosec = 12, 345_000_000
-    assert sg.stamp_from_cdr(serialize_message(msg)) == pytest.approx(12.345)
+    assert stamp_from_cdr(serialize_message(msg)) == pytest.approx(12.345)
 
     out = tmp_path / "sim_graph.json"
-    proc = subprocess.run([sys.executable, "-m", "heisd_ros.tools.sim_graph", "--methods",
-                           "drafter", "--duration-s", "8", "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "heisd_ros.tools.bench", "sim-graph",
+                           "--methods", "drafter", "--duration-s", "8", "--json", str(out)],
                           capture_output=True, text=True, env=repo_env(), timeout=500)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     report = json.loads(out.read_text())["methods"]["drafter"]
     assert not report.get("error")
     assert report["commands"] > 0 and report["command_rate_hz"] > 0
-    assert all(report["cameras"][c]["rate_hz"] > 0 for c in sg.CAMERAS)
+    assert all(report["cameras"][c]["rate_hz"] > 0 for c in CAMERAS)
     assert report["state"]["rate_hz"] > 0
     assert "| drafter |" in proc.stdout

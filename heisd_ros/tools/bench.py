@@ -16,7 +16,10 @@ Subcommands:
              splits them per task).
     graph    the policy node in the running ROS graph (PIPER driver, cameras and robot state
              at a real robot's rates) vs the same decoder in one process: step time, command
-             rate and age, held steps (heisd_ros/tools/graph_bench.py).
+             rate and age, held steps (heisd_ros/tools/graph/bench_cli.py).
+    sim-graph  the launched sim graph while the world runs in real time: command rate, age
+             and stalls, camera and robot-state rates over the running time of episodes
+             (heisd_ros/tools/graph/sim_cli.py).
 
 Examples:
     heisd-bench decode --drafter runs/drafter/draft_head.safetensors --observations 64 \
@@ -111,33 +114,60 @@ def load_head(args, target):
     Anything else gets an untrained head, a warning on stderr, and ``untrained`` True in the
     returned ``HeadChoice`` (``heisd_ros.models.draft_head_choice``).
     """
-    from heisd_ros.models.draft_head_choice import choose_draft_head, target_file
+    from heisd_ros.decoder_loader import CLI_NAMES, DecoderOptions, choose_head
 
-    path = target_file(args.target) if getattr(args, "model", "small") == "small" else None
-    return choose_draft_head(target, path, args.drafter, args.seed,
-                             lambda text: print(f"heisd-bench: WARNING: {text}",
-                                                file=sys.stderr))
+    options = DecoderOptions(drafter_path=args.drafter or "", names=CLI_NAMES)
+    return choose_head(target, options, _target_file(args), args.seed, _warn)
+
+
+def _target_file(args):
+    """The small-VLA file of ``--target`` (None: OpenVLA, or a random init)."""
+    from heisd_ros.models.draft_head_choice import target_file
+
+    return target_file(args.target) if getattr(args, "model", "small") == "small" else None
+
+
+def _warn(text: str) -> None:
+    print(f"heisd-bench: WARNING: {text}", file=sys.stderr)
+
+
+def decode_options(args, radius_bins, tree):
+    """The loader's options of ``decode``'s command line (with --db: the hybrid methods')."""
+    from heisd_ros.decoder_loader import CLI_NAMES, DecoderOptions
+
+    hybrid = {}
+    if args.db:
+        hybrid = {"db_dir": str(args.stats_dir or args.db),
+                  "router_stats_path": args.router_stats or "",
+                  "calibration_path": args.calibration or "", "retrieval_k": args.retrieval_k,
+                  "retrieval_deadline_s": args.deadline_ms / 1e3}
+    return DecoderOptions(drafter_path=args.drafter or "", relaxed_radius_bins=radius_bins,
+                          drafter_tree=tree, names={**CLI_NAMES, "db_dir": "--stats-dir",
+                                                    "retrieval_deadline_s": "--deadline-ms"},
+                          **hybrid)
 
 
 def run_decode(args) -> dict:
     """The ``decode`` subcommand: the methods side by side; returns the JSON."""
     import torch
 
+    from heisd_ros.decoder_loader import load_resources
     from heisd_ros.decoding.bench_runner import run_interleaved, summarise
-    from heisd_ros.decoding.builder import DecoderResources, build_decoder
+    from heisd_ros.decoding.builder import build_decoder
     from heisd_ros.decoding.drafter_source import DraftTreeConfig
-    from heisd_ros.decoding.methods import needs_head
     from heisd_ros.models.synthetic_scenes import SyntheticScenes
 
     methods = decode_methods(args)
     target, description = load_target_from_args(args)
-    choice = load_head(args, target) if needs_head(methods) else None
     tree = DraftTreeConfig(top_k=args.top_k, max_depth=args.depth, node_budget=args.budget)
     radius = int_vector(args.relaxed_radius, 7, "--relaxed-radius")
-    resources = DecoderResources(target, draft_head=choice and choice.head,
-                                 relaxed_radius_bins=radius, drafter_tree=tree)
+    options = decode_options(args, radius, tree)
+    # the one loader: draft head, and with --db the calibration checked against the target
+    loaded = load_resources(target, methods, options, target_file=_target_file(args),
+                            seed=args.seed, warn=_warn)
+    choice, resources = loaded.head, loaded.resources
     if args.db:
-        scenes, hybrid_info = _hybrid_resources(args, target, resources,
+        scenes, hybrid_info = _hybrid_resources(args, target, resources, options,
                                                 [m for m in methods if m in HYBRID_METHODS])
     else:
         scenes = list(SyntheticScenes(args.observations + args.warmup, seed=args.seed))
@@ -183,13 +213,11 @@ def fit_latency_profile(args, records, target, description: str) -> dict:
                         machine=f"{machine}; model: {description}")
 
 
-def _hybrid_resources(args, target, resources, methods: list[str]) -> tuple[list, dict]:
+def _hybrid_resources(args, target, resources, options,
+                      methods: list[str]) -> tuple[list, dict]:
     """Fill ``resources`` with the DB's store and router statistics; observations from demos."""
     from heisd_ros.data.npz_episodes import iter_episode_paths
-    from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
-    from heisd_ros.eval.methods import router_stats_for
-    from heisd_ros.retrieval.embedding import model_fingerprint
-    from heisd_ros.retrieval.store import open_store
+    from heisd_ros.decoder_loader import open_warm_store, resolve_router_stats
     from heisd_ros.retrieval.store_config import StoreConfig
 
     stats_dir = Path(args.stats_dir or args.db)
@@ -206,15 +234,11 @@ def _hybrid_resources(args, target, resources, methods: list[str]) -> tuple[list
         observations += [record.observation(t) for t in range(record.num_steps)]
         if len(observations) >= wanted:
             break
-    router_stats = router_stats_for(suite, args.router_stats, str(stats_dir))
-    store = open_store(StoreConfig(path=args.db, exact_search=args.exact),
-                       model_fingerprint=model_fingerprint(target))
-    store.warm_up()  # timed decoding starts with the shards loaded, as on the robot
+    router_stats = resolve_router_stats(options, suite=suite).path
+    # checked against the target; timed decoding starts with the shards loaded, as on the robot
+    store = open_warm_store(StoreConfig(path=args.db, exact_search=args.exact), target)
     # Each hybrid decoder gets its own Retriever (K = --retrieval-k) over this store.
     resources.store, resources.router_stats = store, router_stats
-    resources.calibration = args.calibration
-    resources.retrieval = RetrievalSourceConfig(k=args.retrieval_k,
-                                                deadline_s=args.deadline_ms / 1e3)
     return observations[:wanted], {"db": args.db, "methods": methods,
                                    "calibration": args.calibration,
                                    "router_stats": router_stats, "suite": suite}
@@ -586,10 +610,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     retrieval.add_argument("--seed", type=int, default=0)
     retrieval.add_argument("--json", default=None)
     retrieval.add_argument("--threads", type=int, default=None)
-    from heisd_ros.tools import graph_bench
+    from heisd_ros.tools.graph import bench_cli, sim_cli
 
-    graph_bench.add_arguments(sub.add_parser(
-        "graph", help="the policy in the running ROS graph vs in-process (graph_bench.py)"))
+    bench_cli.add_arguments(sub.add_parser(
+        "graph", help="the policy in the running ROS graph vs in-process (graph/bench_cli.py)"))
+    sim_cli.add_arguments(sub.add_parser(
+        "sim-graph", help="the launched sim graph in real time (graph/sim_cli.py)"))
     return parser.parse_args(argv)
 
 
@@ -597,9 +623,13 @@ def main(argv=None) -> int:
     """Entry point of ``heisd-bench``."""
     args = parse_args(argv)
     if args.command == "graph":
-        from heisd_ros.tools import graph_bench
+        from heisd_ros.tools.graph import bench_cli
 
-        return graph_bench.run(args)
+        return bench_cli.run(args)
+    if args.command == "sim-graph":
+        from heisd_ros.tools.graph import sim_cli
+
+        return sim_cli.run(args)
     set_threads(args.threads)
     if args.command == "decode":
         try:
