@@ -8,13 +8,9 @@ import numpy as np
 import pytest
 
 from heisd_ros.decoding.acceptance import exact_rule
-from heisd_ros.decoding.behind import (
-    BEHIND_CONFIRMED,
-    BEHIND_NONE,
-    BEHIND_REJECTED,
-    BehindChecker,
-)
+from heisd_ros.decoding.behind import BehindChecker
 from heisd_ros.decoding.decoder import ActionDecoder
+from heisd_ros.decoding.interface import BEHIND_CONFIRMED, BEHIND_NONE, BEHIND_REJECTED
 from heisd_ros.decoding.methods import METHODS
 from heisd_ros.decoding.unverified import UnverifiedConfig
 from heisd_ros.eval.metrics import checks_summary

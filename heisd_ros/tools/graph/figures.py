@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from heisd_ros.decoding.interface import DRAFT_SOURCE_NAMES
 from heisd_ros.tools.graph.listener import STAGES
 
 #: HeiSD's command-rate ratio vs AR agrees with its in-process speed ratio within this.
@@ -22,8 +23,6 @@ STAMP_TOLERANCE_NS = 1_000_000
 _HELD_RE = re.compile(r"\[(?P<t>\d+(?:\.\d+)?)\] \[[^\]]*\]: holding, no command: stale command"
                       r".*?decode took (?P<ms>\d+(?:\.\d+)?) ms")
 _TIME_RE = re.compile(r"\[(?P<t>\d+(?:\.\d+)?)\] \[")
-#: HybridStep.draft_source numbers by name.
-DRAFT_SOURCES = {2: "retrieval", 1: "drafter", 0: "none"}
 #: Most common HybridStep statuses reported per method.
 STATUS_TOP = 4
 _DIGITS_RE = re.compile(r"\d+")
@@ -150,7 +149,7 @@ def step_sources(statuses: Sequence[str], draft_sources: Sequence[int],
     return {"steps": len(statuses), "status": status_counts(statuses),
             "draft_source_share": {name: (sum(int(s) == code for s in draft_sources) / n
                                           if n else None)
-                                   for code, name in DRAFT_SOURCES.items()},
+                                   for code, name in DRAFT_SOURCE_NAMES.items()},
             "verify_skipped_share": true_share(verify_skipped)}
 
 
