@@ -2,7 +2,8 @@
 
 With the default method (heisd) and a DB directory that does not exist, the policy runs as
 drafter SD and says so; the retrieval node reports the missing DB; nothing dies. Ctrl-C, and
-a second one while it stops, ends it with exit code 0, without a traceback, within 2 s.
+a second one while it stops, ends it with exit code 0, without a traceback, within 2 s (less
+the time the process waited for a CPU on a loaded machine).
 """
 
 from __future__ import annotations
@@ -21,6 +22,18 @@ rclpy, hmsg, _ = require_ros()
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 
 from test.test_node_policy import tiny_models  # noqa: E402
+
+
+def run_delay_s(pid: int) -> float | None:
+    """Time the main thread of process ``pid`` has waited for a CPU (s); None: unknown.
+
+    Linux's /proc/<pid>/schedstat: time on a CPU, time runnable on a run queue, timeslices.
+    """
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[1]) * 1e-9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def test_bringup_runs_the_sim_graph_in_one_process(tmp_path, ros_domain):
@@ -52,23 +65,33 @@ def test_bringup_runs_the_sim_graph_in_one_process(tmp_path, ros_domain):
         assert ("[policy_node]: heisd runs as drafter SD: no router statistics "
                 f"(model.db_dir '{tmp_path / 'no_db'}' is not a directory") in text
     finally:
-        start = time.monotonic()
+        start, delay_at_signal = time.monotonic(), run_delay_s(proc.pid)
         proc.send_signal(signal.SIGINT)
         # the second Ctrl-C, once the first is being handled
         wait_until(lambda: "stopping every node" in log.read_text() or proc.poll() is not None)
         proc.send_signal(signal.SIGINT)
-        try:
-            code = proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
+        # The wall time of the stop, less the time its main thread (which tears every node
+        # down) waited for a CPU: on a loaded machine that wait is the machine's, not the stop's.
+        starved_s = 0.0
+
+        def ended() -> bool:
+            nonlocal starved_s
+            delay = run_delay_s(proc.pid)  # before the poll reaps it
+            if delay is not None and delay_at_signal is not None:
+                starved_s = delay - delay_at_signal
+            return proc.poll() is not None
+
+        if not wait_until(ended, timeout_s=20.0):
             proc.kill()
-            code = proc.wait()
+        code = proc.wait()
         seconds = time.monotonic() - start
         executor.shutdown()
         node.destroy_node()
         rclpy.shutdown(context=context)
     text = log.read_text()
-    print(f"\nSHUTDOWN heisd-bringup SIGINT+SIGINT: {seconds:.2f} s, exit code {code}")
+    print(f"\nSHUTDOWN heisd-bringup SIGINT+SIGINT: {seconds:.2f} s ({starved_s:.2f} s of it "
+          f"waiting for a CPU), exit code {code}")
     assert code == 0, text[-3000:]
     assert "heisd-bringup: SIGINT: stopping every node" in text
     assert "Traceback" not in text, text[-3000:]
-    assert seconds < 2.0, seconds
+    assert seconds - starved_s < 2.0, (seconds, starved_s)
