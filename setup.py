@@ -15,7 +15,8 @@ EXTRAS = {
     "robot": ["piper-sdk>=0.6.2", "python-can>=4.4"],
     "data": ["rosbags>=0.10"],
     "report": ["matplotlib>=3.8"],
-    "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6"],
+    "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6",
+             "yourdfpy>=0.0.56"],
 }
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
 
