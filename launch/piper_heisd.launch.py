@@ -24,6 +24,10 @@ drift. So do the rules for stopping: every argument (including whether rviz2 is 
 for ``rviz:=true``) is checked before the first node starts, and when a required node exits
 or dies the launch shuts the others down and ends with exit code 1, printing why
 (``graph.stop_reason``; rviz2 is optional).
+When ``robot_state_publisher`` is installed it is started too, with the PIPER's URDF as
+``robot_description`` and reading ``/joint_states`` (``heisd_ros.nodes.robot_description``),
+so rviz2 shows the arm; without it the launch logs one line saying how to install it and goes
+on (it is optional, like rviz2).
 ``launch``/``launch_ros`` are imported inside the functions only (machines without a ROS 2
 distribution cannot install them; the table stays testable).
 """
@@ -43,6 +47,7 @@ from heisd_ros.nodes.graph import (
     rviz_problem,
     stop_reason,
 )
+from heisd_ros.nodes.robot_description import viewer_nodes
 
 
 class RequiredNodeExited(RuntimeError):
@@ -70,6 +75,7 @@ def _on_exit(name):
 
 def _nodes(context):
     """The node actions for the argument values of this launch (an OpaqueFunction)."""
+    from launch.actions import LogInfo
     from launch.substitutions import LaunchConfiguration
     from launch_ros.actions import Node
 
@@ -89,6 +95,13 @@ def _nodes(context):
             package=PACKAGE, executable=spec.executable, name=spec.name, output="screen",
             parameters=[str(configs / spec.config), overrides.get(spec.name, {})],
             remappings=list(spec.remappings), on_exit=_on_exit(spec.name)))
+    viewers, note = viewer_nodes()
+    if note:
+        actions.append(LogInfo(msg=note))
+    for viewer in viewers:
+        actions.append(Node(package=viewer.package, executable=viewer.executable,
+                            name=viewer.name, output="screen", parameters=[viewer.parameters],
+                            remappings=list(viewer.remappings), on_exit=_on_exit(viewer.name)))
     if rviz:
         actions.append(Node(package=RVIZ_PACKAGE, executable=RVIZ_EXECUTABLE,
                             name=RVIZ_EXECUTABLE, output="screen",

@@ -56,7 +56,8 @@ def _fake_launch(monkeypatch, values):
     modules = {
         "launch": types.SimpleNamespace(LaunchDescription=lambda actions: actions),
         "launch.actions": types.SimpleNamespace(DeclareLaunchArgument=_Recorder,
-                                                OpaqueFunction=_Recorder, Shutdown=_Recorder),
+                                                OpaqueFunction=_Recorder, Shutdown=_Recorder,
+                                                LogInfo=_Recorder),
         "launch.substitutions": types.SimpleNamespace(LaunchConfiguration=LaunchConfiguration),
         "launch_ros": types.SimpleNamespace(),
         "launch_ros.actions": types.SimpleNamespace(Node=Node),

@@ -59,6 +59,13 @@ def test_nodes_do_not_import_each_other():
     assert bad == []
 
 
+def test_robot_does_not_import_sim():
+    """The robot layer (driver, kinematics, URDF) sits below the simulator, which builds on it."""
+    bad = [f"{p.name} imports {module}" for p in sorted((PACKAGE / "robot").rglob("*.py"))
+           for _, module in _imports(p) if module.startswith("heisd_ros.sim")]
+    assert bad == []
+
+
 def test_models_do_not_import_decoding():
     """``decoding`` builds on ``models`` (the target, the draft head), never the reverse."""
     bad = [f"{p.name} imports {module}" for p in sorted((PACKAGE / "models").rglob("*.py"))

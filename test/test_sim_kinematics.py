@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from heisd_ros.geometry.rotations import matrix_to_rpy, rpy_to_matrix
-from heisd_ros.sim.arm_geometry import GRIPPER_RANGE_M, JOINT_LIMITS_RAD, JOINT_NAMES
+from heisd_ros.robot.piper_kinematics import GRIPPER_RANGE_M, JOINT_LIMITS_RAD, JOINT_NAMES
 from heisd_ros.sim.config import SimConfig
 from heisd_ros.sim.env import PiperSimEnv
 from heisd_ros.sim.objects import FixtureSpec, ObjectSpec

@@ -37,7 +37,9 @@ exit 1 with the reason (the launch file's ``on_exit`` raises it: launch prints i
 the other processes): half a graph must not go on (a driver holding the arm while its
 policy is gone, or a policy commanding an arm whose driver died). rviz2 is optional
 (:data:`RVIZ_REQUIRED`): closing its window, or it failing to open a display on a headless
-robot computer, leaves the graph running; Ctrl-C still stops everything (exit 0).
+robot computer, leaves the graph running; so is robot_state_publisher, which the launch adds
+when it is installed (``heisd_ros.nodes.robot_description``). Ctrl-C still stops everything
+(exit 0).
 """
 
 from __future__ import annotations
@@ -128,6 +130,10 @@ PACKAGE = "heisd_ros"
 RVIZ_PACKAGE = RVIZ_EXECUTABLE = "rviz2"
 #: rviz2 may end alone (module docstring); every node of NODES is required.
 RVIZ_REQUIRED = False
+#: robot_state_publisher (``heisd_ros.nodes.robot_description``): started by the launch when
+#: installed, and, like rviz2, it may end alone.
+ROBOT_STATE_PUBLISHER_PACKAGE = ROBOT_STATE_PUBLISHER_EXECUTABLE = "robot_state_publisher"
+ROBOT_STATE_PUBLISHER_REQUIRED = False
 
 
 @dataclass(frozen=True)
@@ -300,7 +306,13 @@ def write_params_file(path: Path, node_name: str, overrides: dict,
 
 
 def rviz_package(distro: str | None = None, ros_root: str | Path = "/opt/ros") -> str:
-    """The apt package of rviz2 for the install hint, named for this machine's ROS 2.
+    """The apt package of rviz2 for the install hint (:func:`ros_apt_package`)."""
+    return ros_apt_package("rviz2", distro, ros_root)
+
+
+def ros_apt_package(name: str, distro: str | None = None,
+                    ros_root: str | Path = "/opt/ros") -> str:
+    """The apt package ``ros-<distro>-<name>`` for an install hint, named for this machine.
 
     ``distro`` (default ``$ROS_DISTRO``) names it; else the one distribution installed under
     ``ros_root``; else a placeholder with how to find the name (never a literal
@@ -308,14 +320,14 @@ def rviz_package(distro: str | None = None, ros_root: str | Path = "/opt/ros") -
     """
     distro = distro if distro is not None else os.environ.get("ROS_DISTRO", "")
     if distro:
-        return f"ros-{distro}-rviz2"
+        return f"ros-{distro}-{name}"
     root = Path(ros_root)
     installed = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     if len(installed) == 1:
-        return f"ros-{installed[0]}-rviz2"
+        return f"ros-{installed[0]}-{name}"
     found = (f"installed here: {', '.join(installed)}" if installed
              else f"nothing under {root}")
-    return (f"ros-<distro>-rviz2, <distro> being your ROS 2 release such as humble or jazzy "
+    return (f"ros-<distro>-{name}, <distro> being your ROS 2 release such as humble or jazzy "
             f"(ROS_DISTRO is unset; {found})")
 
 
@@ -355,8 +367,15 @@ def rviz_problem(find_prefix: Callable[[str], str] | None = None,
 
 
 def is_required(name: str) -> bool:
-    """Whether the graph stops when program ``name`` ends: every node but rviz2 is required."""
-    return RVIZ_REQUIRED if name == RVIZ_EXECUTABLE else True
+    """Whether the graph stops when program ``name`` ends: every node but the viewers' is.
+
+    The viewers are rviz2 and robot_state_publisher.
+    """
+    if name == RVIZ_EXECUTABLE:
+        return RVIZ_REQUIRED
+    if name == ROBOT_STATE_PUBLISHER_EXECUTABLE:
+        return ROBOT_STATE_PUBLISHER_REQUIRED
+    return True
 
 
 def exit_description(returncode: int | None) -> str:

@@ -4,6 +4,10 @@ The Denavit-Hartenberg table (modified/Craig convention, ``T = RotX(alpha) Trans
 TransZ(d)``) is piper_sdk 0.6.2's ``kinematics/piper_fk.py`` (``C_PiperForwardKinematics``), in
 metres here; ``dh_is_offset=1`` is current firmware (joints 2 and 3 offset by 2 degrees). The
 flange frame (joint 6) is what the arm reports as its end pose on 0x2A2-0x2A4.
+
+The same table places the links of the simulator's MJCF and of the URDF
+(:func:`dh_fixed_transforms`), so the driver, the simulator and the viewer agree on the flange
+pose for the same joints.
 """
 
 from __future__ import annotations
@@ -28,6 +32,16 @@ JOINT_LIMITS_RAD = np.array(
 
 #: Gripper opening range in metres, from the same table (``gripper_range``).
 GRIPPER_RANGE_M = (0.0, 0.07)
+
+#: Arm joint names, base to flange, as the driver and the simulator publish them.
+JOINT_NAMES: tuple[str, ...] = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6")
+
+# Simplified gripper on the flange (flange z axis points out of the tool), shared by the
+# simulator's model and the URDF's visuals.
+#: Tool centre point, between the finger pads, this far along flange z (m).
+TCP_OFFSET_M = 0.13
+#: Finger tips are this far along flange z (m).
+FINGER_TIP_OFFSET_M = 0.15
 
 _A_M = np.array([0.0, 0.0, 0.28503, -0.02198, 0.0, 0.0])
 _ALPHA = np.array([0.0, -math.pi / 2, 0.0, math.pi / 2, -math.pi / 2, math.pi / 2])
@@ -123,3 +137,19 @@ class PiperKinematics:
                 + 0.1 * np.linalg.norm(matrix_to_rotvec(target[:3, :3] @ pose[:3, :3].T))
             )
         return q, err_norm
+
+
+def dh_fixed_transforms() -> list[np.ndarray]:
+    """The constant part of each link's transform in its parent frame (six 4x4 arrays).
+
+    In the modified-DH product ``RotX(alpha) TransX(a) RotZ(theta0 + q) TransZ(d)`` the
+    factors RotZ(q) and TransZ(d) commute, so each link is a fixed transform followed by a
+    rotation about its own z axis: exactly a MuJoCo body (or URDF joint) with a hinge on z at
+    its origin. With all joints at 0 the chain's successive frames give those fixed transforms
+    (current firmware, ``dh_is_offset=1``).
+    """
+    frames = PiperKinematics(dh_is_offset=1).frames(np.zeros(6))
+    out = [frames[0]]
+    for i in range(1, 6):
+        out.append(np.linalg.inv(frames[i - 1]) @ frames[i])
+    return out

@@ -1,11 +1,11 @@
 """URDF of the PIPER arm, generated from the same kinematic table as the driver's FK and the sim.
 
 The link frames are the fixed parts of the modified-DH link transforms of
-:mod:`heisd_ros.robot.piper_kinematics` (via :func:`heisd_ros.sim.arm_geometry.dh_fixed_transforms`,
-the function the MuJoCo model is built from): each URDF joint sits at that fixed transform and
-turns about its own z axis, so ``base_link -> link6`` is the flange pose the driver's FK and
-piper_sdk 0.6.2's ``C_PiperForwardKinematics`` (``dh_is_offset=1``) report. The tests compare
-the three over random joint vectors.
+:mod:`heisd_ros.robot.piper_kinematics` (its ``dh_fixed_transforms``, the function the MuJoCo
+model is built from): each URDF joint sits at that fixed transform and turns about its own z
+axis, so ``base_link -> link6`` is the flange pose the driver's FK and piper_sdk 0.6.2's
+``C_PiperForwardKinematics`` (``dh_is_offset=1``) report. The tests compare the three over
+random joint vectors.
 
 Joint names are the ones the driver publishes on ``/joint_states``: ``joint1`` .. ``joint6`` in
 rad and ``gripper``, the opening between the fingers in m. ``gripper`` moves a frame without
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from heisd_ros.geometry.rotations import matrix_to_rpy
-from heisd_ros.sim.arm_geometry import (
+from heisd_ros.robot.piper_kinematics import (
     FINGER_TIP_OFFSET_M,
     GRIPPER_RANGE_M,
     JOINT_LIMITS_RAD,

@@ -1,9 +1,10 @@
-"""Geometry of the simulated PIPER: DH link frames, joint names, tool offsets, grasp rotation.
+"""Geometry of the simulated PIPER: the flange pose and the grasp rotation.
 
 The kinematic constants themselves (modified-DH table for current firmware, joint limits,
-gripper range) come from ``heisd_ros.robot.piper_kinematics``, which takes them from piper_sdk
-0.6.2 (``kinematics/piper_fk.py``, ``piper_param/piper_param_manager.py``). One table serves
-the real driver and the simulator, so both report the same flange pose for the same joints.
+gripper range, the link frames and the gripper's tool offsets) live in
+``heisd_ros.robot.piper_kinematics``, which takes them from piper_sdk 0.6.2
+(``kinematics/piper_fk.py``, ``piper_param/piper_param_manager.py``). One table serves the real
+driver and the simulator, so both report the same flange pose for the same joints.
 """
 
 from __future__ import annotations
@@ -12,33 +13,9 @@ import numpy as np
 
 from heisd_ros.robot.piper_kinematics import GRIPPER_RANGE_M, JOINT_LIMITS_RAD, PiperKinematics
 
-__all__ = ["FINGER_TIP_OFFSET_M", "GRIPPER_RANGE_M", "JOINT_LIMITS_RAD", "JOINT_NAMES",
-           "TCP_OFFSET_M", "dh_fixed_transforms", "flange_transform", "tool_down_rotation"]
-
-JOINT_NAMES: tuple[str, ...] = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6")
-
-# Simplified gripper on the flange (flange z axis points out of the tool).
-#: Tool centre point, between the finger pads, this far along flange z (m).
-TCP_OFFSET_M = 0.13
-#: Finger tips are this far along flange z (m).
-FINGER_TIP_OFFSET_M = 0.15
+__all__ = ["GRIPPER_RANGE_M", "JOINT_LIMITS_RAD", "flange_transform", "tool_down_rotation"]
 
 _KINEMATICS = PiperKinematics(dh_is_offset=1)
-
-
-def dh_fixed_transforms() -> list[np.ndarray]:
-    """The constant part of each link's transform in its parent frame (six 4x4 arrays).
-
-    In the modified-DH product ``RotX(alpha) TransX(a) RotZ(theta0 + q) TransZ(d)`` the
-    factors RotZ(q) and TransZ(d) commute, so each link is a fixed transform followed by a
-    rotation about its own z axis: exactly a MuJoCo body with a hinge on z at its origin.
-    With all joints at 0 the chain's successive frames give those fixed transforms.
-    """
-    frames = _KINEMATICS.frames(np.zeros(6))
-    out = [frames[0]]
-    for i in range(1, 6):
-        out.append(np.linalg.inv(frames[i - 1]) @ frames[i])
-    return out
 
 
 def flange_transform(q_rad: np.ndarray) -> np.ndarray:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from heisd_ros.geometry.rotations import matrix_to_rotvec, matrix_to_rpy
-from heisd_ros.sim.arm_geometry import GRIPPER_RANGE_M, TCP_OFFSET_M, tool_down_rotation
+from heisd_ros.robot.piper_kinematics import GRIPPER_RANGE_M, TCP_OFFSET_M
+from heisd_ros.sim.arm_geometry import tool_down_rotation
 from heisd_ros.sim.env import TOOL_TILT_RAD, PiperSimEnv
 from heisd_ros.sim.predicates import goal_satisfied
 from heisd_ros.sim.tasks import Goal

@@ -1,6 +1,6 @@
 """MJCF for the simulated PIPER: six DH-exact revolute joints, a parallel gripper, a wrist camera.
 
-Bodies sit at the fixed part of each modified-DH link transform (``arm_geometry``), so
+Bodies sit at the fixed part of each modified-DH link transform (``piper_kinematics``), so
 MuJoCo's flange frame equals piper_sdk's FK by construction; only primitive geoms are used
 (capsules, cylinders, boxes) because full meshes cost ~5x in CPU rendering.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from heisd_ros.geometry.rotations import matrix_to_quat_wxyz
-from heisd_ros.sim.arm_geometry import (
+from heisd_ros.robot.piper_kinematics import (
     FINGER_TIP_OFFSET_M,
     GRIPPER_RANGE_M,
     JOINT_LIMITS_RAD,

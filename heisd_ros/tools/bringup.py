@@ -3,7 +3,9 @@ r"""heisd-bringup: the launch file's graph in one process, without the ``launch`
 Starts the same nodes as ``launch/piper_heisd.launch.py`` (``heisd_ros.nodes.graph``), from
 the same ``config/*.yaml`` and with the same argument -> parameter mapping and remappings, as
 ROS 2 composition: all nodes in this process on one multi-threaded executor. rviz2 is a
-separate program; start it yourself with ``rviz2 -d config/heisd.rviz``.
+separate program; start it yourself with ``rviz2 -d config/heisd.rviz``. So is
+robot_state_publisher, which the launch adds when installed: heisd-bringup says in one line
+that it does not start it (no arm model in rviz2).
 
 It stops like the launch (``heisd_ros.nodes.graph``): Ctrl-C or SIGTERM stops every node and
 exits 0 (``heisd_ros.nodes._spin``: no traceback, a second signal changes nothing); when a
@@ -40,6 +42,7 @@ from heisd_ros.nodes.graph import (
     parse_bool,
     stop_reason,
 )
+from heisd_ros.nodes.robot_description import bringup_skip_line
 
 
 def node_plan(arguments: dict[str, str], configs: Path | None = None) -> list[dict]:
@@ -169,6 +172,7 @@ def main(argv=None) -> int:
                   f"params={item['params_file']} overrides={item['overrides']} "
                   f"remappings={item['remappings']}")
         return 0
+    print(f"heisd-bringup: {bringup_skip_line()}", file=sys.stderr, flush=True)
     run(plan, args.threads)
 
 
