@@ -177,14 +177,21 @@ class DecodedStep:
 class NodeDecoder:
     """Any decoder behind the node's seam: ``decode`` gives a :class:`DecodedStep`.
 
+    It also has the decode worker's ``submit``/``result``, run in the caller's thread
+    (``decode_worker: false``), so the node's step loop is the same for both.
+
     Attributes:
         decoder: the ``heisd_ros.decoding.interface.Decoder``.
         description: what runs, with which files (for logs and diagnostics).
     """
 
+    #: The node's own retrieval client answers for it (only a worker holds its own).
+    retrieval_available = None
+
     def __init__(self, decoder, description: str = "") -> None:
         self.decoder = decoder
         self._description = description
+        self._observation = None
 
     @property
     def description(self) -> str:
@@ -220,6 +227,15 @@ class NodeDecoder:
             source = CommandSource.AR
         return DecodedStep(np.asarray(result.action, dtype=np.float64),
                            np.asarray(result.bins, dtype=np.int64), source, not skipped, fields)
+
+    def submit(self, observation) -> None:
+        """Decode ``observation`` at the next :meth:`result`."""
+        self._observation = observation
+
+    def result(self) -> DecodedStep:
+        """The step of the submitted observation (decoded now, in this thread)."""
+        observation, self._observation = self._observation, None
+        return self.decode(observation)
 
 
 #: How the node's CPU refusal names the opt-in.

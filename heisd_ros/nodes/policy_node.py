@@ -72,7 +72,7 @@ from heisd_ros.nodes.policy_episode import EpisodeProgress, EpisodeTracker
 from heisd_ros.nodes.policy_inputs import InputGate, InputGateConfig, RobotInput, Snapshot
 from heisd_ros.nodes.policy_outputs import PolicyOutputs
 from heisd_ros.nodes.policy_staleness import HoldPolicy
-from heisd_ros.nodes.policy_step_loop import InThreadDecoder, StepLoop
+from heisd_ros.nodes.policy_step_loop import StepLoop
 from heisd_ros.nodes.policy_subscriptions import RobotStateTaker, camera_topics, subscribe_cameras
 from heisd_ros.nodes.qos import STATUS_QOS
 from heisd_ros.nodes.retrieval_client import RetrievalServiceClient
@@ -162,7 +162,6 @@ class PolicyNode(Node):
             self.decoder = None
             self.config_error = f"policy not configured: {type(exc).__name__}: {exc}"
             return False
-        self.decoder = InThreadDecoder(self.decoder)
         self.config_error = ""
         self.get_logger().info(f"policy configured: method {self.config.method!r}, target "
                                f"{self.model_description}; decoder {self.decoder.description}")

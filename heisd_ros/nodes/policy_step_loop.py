@@ -23,7 +23,8 @@ lost decode worker (:class:`~heisd_ros.nodes.decode_worker.WorkerError`) goes to
 stop the process.
 
 The decoder is a decode worker (``heisd_ros.nodes.decode_worker``) or, in this thread, a
-decoder behind :class:`InThreadDecoder`, which gives it the worker's ``submit``/``result``.
+``NodeDecoder`` (``heisd_ros.nodes.policy_decoders``), which has the worker's
+``submit``/``result``.
 """
 
 from __future__ import annotations
@@ -53,55 +54,12 @@ STEP_JOIN_TIMEOUT_S = 5.0
 Publish = Callable[["DecodedStep", int, Snapshot], Callable[[], None]]
 
 
-class InThreadDecoder:
-    """A decoder run in the step thread (``decode_worker: false``), with the worker's API.
-
-    ``submit`` keeps the observation and ``result`` decodes it, so the node's step loop is
-    the same for both; ``description`` and ``degraded`` are the decoder's (a ``NodeDecoder``).
-    """
-
-    #: The node's own retrieval client answers for it (only a worker holds its own).
-    retrieval_available = None
-
-    def __init__(self, decoder) -> None:
-        self.decoder = decoder
-        self._observation = None
-
-    @property
-    def description(self) -> str:
-        """What runs, with which files."""
-        return self.decoder.description
-
-    @property
-    def degraded(self) -> str:
-        """Why the decoder runs as less than asked ("" when it does not)."""
-        return self.decoder.degraded
-
-    def begin_episode(self, task: str | None = None) -> None:
-        """New episode of ``task``."""
-        self.decoder.begin_episode(task)
-
-    def episode_end(self, success: bool) -> None:
-        """The episode's outcome (the verify-skip threshold adapts)."""
-        self.decoder.episode_end(success)
-
-    def submit(self, observation) -> None:
-        """Decode ``observation`` at the next :meth:`result`."""
-        self._observation = observation
-
-    def result(self) -> DecodedStep:
-        """The step of the submitted observation (decoded now, in this thread)."""
-        observation, self._observation = self._observation, None
-        return self.decoder.decode(observation)
-
-
 class StepLoop:
     """Runs the policy's steps in a thread of its own (module docstring).
 
     ``decoder`` (None: act on nothing) has ``submit(observation)``, ``result()`` and
-    ``begin_episode(task)``: a decode worker, or a decoder in this thread
-    (:class:`InThreadDecoder`). Reads ``min_period_s`` and ``max_command_age_s`` from ``config``
-    at each step.
+    ``begin_episode(task)``: a decode worker, or a ``NodeDecoder`` decoding in this thread.
+    Reads ``min_period_s`` and ``max_command_age_s`` from ``config`` at each step.
 
     Attributes:
         decoder: the decoder in use, or None.

@@ -212,7 +212,7 @@ class PiperSimEnv:
             left -= 1
         if left > 0:
             self._ramp_done += left
-            self._apply_ctrl(self._q_from + 1.0 * (self._q_target - self._q_from),
+            self._apply_ctrl(self._q_from + (self._q_target - self._q_from),
                              self._gripper_width_cmd)  # alpha 1, as on the ramp
             mujoco.mj_step(self.model, self.data, nstep=left)
 
