@@ -20,6 +20,9 @@ Subcommands:
     sim-graph  the launched sim graph while the world runs in real time: command rate, age
              and stalls, camera and robot-state rates over the running time of episodes
              (heisd_ros/tools/graph/sim_cli.py).
+    soak     the real-time sim graph for long (--duration-min), in windows: command rate
+             and age, held steps, RSS and CPU per process, episodes, tracebacks and exits,
+             and a verdict (heisd_ros/tools/graph/soak.py).
 
 Examples:
     heisd-bench decode --drafter runs/drafter/draft_head.safetensors --observations 64 \
@@ -37,6 +40,7 @@ Examples:
     heisd-bench retrieval --from-db runs/db --sizes 273000 --dims 4352 --concentration 0.93 \
         --datatypes float16 --quantization int8 --centering off,on --m 32 --ef-construct 200 \
         --ef 48,64 --oversampling 3          # the paper's size, from our DB's embeddings
+    heisd-bench soak --db runs/db --duration-min 60 --window-min 5 --out runs/soak
 
 Observations are the seeded synthetic scenes; with --db, consecutive steps of the DB's
 held-out demonstrations (or --demos), so the router sees real EE trajectories.
@@ -610,12 +614,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     retrieval.add_argument("--seed", type=int, default=0)
     retrieval.add_argument("--json", default=None)
     retrieval.add_argument("--threads", type=int, default=None)
-    from heisd_ros.tools.graph import bench_cli, sim_cli
+    from heisd_ros.tools.graph import bench_cli, sim_cli, soak
 
     bench_cli.add_arguments(sub.add_parser(
         "graph", help="the policy in the running ROS graph vs in-process (graph/bench_cli.py)"))
     sim_cli.add_arguments(sub.add_parser(
         "sim-graph", help="the launched sim graph in real time (graph/sim_cli.py)"))
+    soak.add_arguments(sub.add_parser(
+        "soak", help="the real-time sim graph for long, reported in windows (graph/soak.py)"))
     return parser.parse_args(argv)
 
 
@@ -630,6 +636,10 @@ def main(argv=None) -> int:
         from heisd_ros.tools.graph import sim_cli
 
         return sim_cli.run(args)
+    if args.command == "soak":
+        from heisd_ros.tools.graph import soak
+
+        return soak.run(args)
     set_threads(args.threads)
     if args.command == "decode":
         try:

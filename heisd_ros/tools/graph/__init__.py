@@ -1,4 +1,4 @@
-"""One client of the launched node graph, shared by ``heisd-bench graph`` and ``sim-graph``.
+"""One client of the launched node graph: ``heisd-bench graph``, ``sim-graph`` and ``soak``.
 
 - :mod:`.processes`: start, supervise and stop the graph's node processes on a private DDS
   domain (their logs, their deaths named).
@@ -9,4 +9,7 @@
   decoder in this process; :mod:`.replay`: the observations the bench plays.
 - :mod:`.figures`, :mod:`.report`, :mod:`.sim_report`: the figures (pure) and the Markdown.
 - :mod:`.bench_cli`, :mod:`.sim_cli`: the options and the run of each subcommand.
+- :mod:`.soak` (``heisd-bench soak``): the sim graph for long, in windows;
+  :mod:`.soak_procs`: its /proc samples and log scan; :mod:`.soak_report`: its figures per
+  window, verdict, Markdown and figure.
 """
