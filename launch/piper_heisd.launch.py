@@ -12,6 +12,9 @@ Examples::
     ros2 launch heisd_ros piper_heisd.launch.py sim:=false model_type:=openvla \
         checkpoint:=/path/openvla-7b-finetuned-libero-spatial unnorm_key:=libero_spatial \
         center_crop:=true drafter:=/path/draft_head.safetensors db:=/path/heisd_db
+    ros2 launch heisd_ros piper_heisd.launch.py discovery_range:=SUBNET  # cameras elsewhere
+    ros2 launch heisd_ros piper_heisd.launch.py sim:=false security:=true \
+        keystore:=/etc/heisd/keystore                               # SROS2, one enclave a node
 
 ``db`` is the directory ``heisd-build-db`` (and ``heisd-calibrate``) wrote: the retrieval
 node serves it and the policy reads the router statistics of the task's suite and the
@@ -28,6 +31,10 @@ When ``robot_state_publisher`` is installed it is started too, with the PIPER's 
 ``robot_description`` and reading ``/joint_states`` (``heisd_ros.nodes.robot_description``),
 so rviz2 shows the arm; without it the launch logs one line saying how to install it and goes
 on (it is optional, like rviz2).
+Every process (our nodes, robot_state_publisher, rviz2) gets the same environment
+(``heisd_ros.nodes.graph_env``): discovery on this computer only unless ``discovery_range``
+widens it, and with ``security:=true`` the SROS2 variables and its own enclave
+``<enclave_root>/<name>``; a bad value stops the launch before the first node.
 ``launch``/``launch_ros`` are imported inside the functions only (machines without a ROS 2
 distribution cannot install them; the table stays testable).
 """
@@ -47,6 +54,7 @@ from heisd_ros.nodes.graph import (
     rviz_problem,
     stop_reason,
 )
+from heisd_ros.nodes.graph_env import enclave_arguments, process_environment
 from heisd_ros.nodes.robot_description import viewer_nodes
 
 
@@ -88,25 +96,30 @@ def _nodes(context):
     problem = rviz_problem() if rviz else ""
     if problem:
         raise RuntimeError(problem)
+    env = process_environment(values)
     configs = config_dir()
     actions = []
     for spec in specs:
         actions.append(Node(
             package=PACKAGE, executable=spec.executable, name=spec.name, output="screen",
             parameters=[str(configs / spec.config), overrides.get(spec.name, {})],
-            remappings=list(spec.remappings), on_exit=_on_exit(spec.name)))
+            remappings=list(spec.remappings), on_exit=_on_exit(spec.name),
+            additional_env=env, arguments=enclave_arguments(values, spec.name)))
     viewers, note = viewer_nodes()
     if note:
         actions.append(LogInfo(msg=note))
     for viewer in viewers:
         actions.append(Node(package=viewer.package, executable=viewer.executable,
                             name=viewer.name, output="screen", parameters=[viewer.parameters],
-                            remappings=list(viewer.remappings), on_exit=_on_exit(viewer.name)))
+                            remappings=list(viewer.remappings), on_exit=_on_exit(viewer.name),
+                            additional_env=env,
+                            arguments=enclave_arguments(values, viewer.name)))
     if rviz:
         actions.append(Node(package=RVIZ_PACKAGE, executable=RVIZ_EXECUTABLE,
                             name=RVIZ_EXECUTABLE, output="screen",
-                            arguments=["-d", str(configs / RVIZ_CONFIG)],
-                            on_exit=_on_exit(RVIZ_EXECUTABLE)))
+                            arguments=["-d", str(configs / RVIZ_CONFIG),
+                                       *enclave_arguments(values, RVIZ_EXECUTABLE)],
+                            additional_env=env, on_exit=_on_exit(RVIZ_EXECUTABLE)))
     return actions
 
 

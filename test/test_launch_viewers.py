@@ -99,7 +99,7 @@ def test_robot_description_falls_back_to_the_generated_urdf(tmp_path):
 
 def test_bringup_says_it_skips_robot_state_publisher(monkeypatch, capsys):
     started = []
-    monkeypatch.setattr(bringup, "run", lambda plan, threads: started.append(plan))
+    monkeypatch.setattr(bringup, "run", lambda plan, threads, *settings: started.append(plan))
     monkeypatch.setenv("ROS_DISTRO", "jazzy")
     bringup.main([])
     lines = capsys.readouterr().err.splitlines()

@@ -60,6 +60,8 @@ class DriverProcess(NodeProcess):
 
     def __init__(self, tmp: Path, domain: int, overrides: dict, name: str = NAME,
                  prefix: str = "") -> None:
+        # This process's client node (Driver) is the driver's commander.
+        overrides = {"commander.node_name": f"/{name}_test_client", **overrides}
         params = write_params(tmp / "params.yaml", NAME, overrides)
         self.name, self.prefix = name, prefix
         remaps = [f"{t}:={prefix}{t}" for t in ("/joint_states", "/ee_pose", "/heisd/ee_command")]

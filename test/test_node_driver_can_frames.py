@@ -278,7 +278,9 @@ def _rig_on_domain(domain: int, tag: str, **overrides) -> Iterator[Rig]:
     node_ctx, peer_ctx = rclpy.Context(), rclpy.Context()
     rclpy.init(context=node_ctx, domain_id=domain)
     rclpy.init(context=peer_ctx, domain_id=domain)
-    params = {**RIG_PARAMS, "can_channel": channel, **overrides}
+    # The peer is the driver's commander: the only node whose commands it executes.
+    params = {**RIG_PARAMS, "can_channel": channel,
+              "commander.node_name": f"/{tag.replace('-', '_')}_commander", **overrides}
     topics = ("/heisd/ee_command", "/joint_states", "/ee_pose", "/diagnostics")
     node = PiperDriverNode(
         f"{tag.replace('-', '_')}_piper_driver",

@@ -248,6 +248,20 @@ class DriverCore:
                 f"EECommand clamped: {self.report.last_clamped}", throttle_duration_sec=2.0
             )
 
+    def hold(self, why: str) -> None:
+        """Hold the arm now: motion not released yet is dropped, the target stays.
+
+        For a commander that is gone (``driver_commander``): the watchdog would hold only after
+        ``safety.watchdog_timeout_s``. Only a RUNNING controller moves; every other status
+        holds already. The watchdog then reports ``watchdog_hold``, as no command is accepted.
+        """
+        ctl = self.controller
+        if ctl is None or ctl.status != ControllerStatus.RUNNING:
+            return
+        now = self._clock()
+        if self.call("hold", lambda: (ctl.safety.stop(now), ctl.robot.hold())) is not None:
+            self._log.warning(f"holding the arm: {why}")
+
     def refuse(self, step_index: int, reason: str, quiet: bool = False) -> None:
         """Count and (unless ``quiet``: the arm waits for the gripper) log a refusal."""
         self.report.refused(step_index, reason, quiet)

@@ -4,7 +4,8 @@ Three entries, each named ``<node>: <what>`` with hardware id ``piper:<interface
 
 - ``arm``: CAN link (connection attempts, port reopens, piper_sdk's captured log lines), arm
   status code, motors, faults and the measured pose;
-- ``controller``: controller status, gripper, the last command's fate, clamps and SDK errors;
+- ``controller``: controller status, gripper, the last command's fate, clamps, SDK errors and
+  the commander (who may move the arm, commands refused per sending node);
 - ``emulated arm`` (only with ``emulate``): the emulator's ground truth.
 
 Functions of their inputs (no node, no clock: the caller passes ``now_s``), so the rules for
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from diagnostic_msgs.msg import DiagnosticStatus
 
+from heisd_ros.nodes.driver_commander import CommanderGate
 from heisd_ros.nodes.driver_config import PiperDriverConfig
 from heisd_ros.nodes.driver_report import LATCHED, DriverReport
 from heisd_ros.nodes.robot_msgs import (
@@ -88,8 +90,9 @@ def controller_diagnostic(
     controller: RobotController | None,
     result: StepResult | None,
     now_s: float,
+    commander: CommanderGate | None = None,
 ) -> DiagnosticStatus:
-    """Controller status, gripper, the last command's fate, clamps and SDK errors.
+    """Controller status, gripper, the last command's fate, clamps, SDK errors, commander.
 
     Args:
         node_name: name of the reporting node.
@@ -97,7 +100,8 @@ def controller_diagnostic(
         report: the node's errors and counters.
         controller: None when the node is not configured.
         result: the newest step/tick result, None before the first one.
-        now_s: monotonic seconds, to age the last SDK error.
+        now_s: monotonic seconds, to age the last SDK error and the last foreign command.
+        commander: who may command the arm; its refusals make an OK status WARN for a while.
     """
     ctl = controller
     outcome, reason = report.last_outcome
@@ -114,6 +118,7 @@ def controller_diagnostic(
         "last_clamped": report.last_clamped,
         "sdk_error": report.sdk_error if sdk_recent else "",
         **report.command_counts(),
+        **(commander.values() if commander is not None else {}),
     }
     if ctl is not None:
         values["watchdog_timeout_s"] = ctl.safety.config.watchdog_timeout_s
@@ -127,6 +132,8 @@ def controller_diagnostic(
         level, message = DiagnosticStatus.ERROR, f"SDK error: {report.sdk_error}; holding"
     elif level == DiagnosticStatus.OK and reason and outcome.endswith("rejected"):
         level, message = DiagnosticStatus.WARN, f"{outcome}: {reason}"
+    elif level == DiagnosticStatus.OK and commander is not None and commander.warning(now_s):
+        level, message = DiagnosticStatus.WARN, commander.warning(now_s)
     return driver_status(node_name, config, "controller", level, message, values)
 
 

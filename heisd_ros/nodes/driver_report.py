@@ -18,7 +18,9 @@ SDK_ERROR_REPORT_S = 5.0
 #: Statuses that hold until ``~/clear_fault``.
 LATCHED = (ControllerStatus.FAULT, ControllerStatus.ESTOP)
 #: The command counters on the controller diagnostic (``commands_<name>``): ``lost`` counts
-#: step indices that never arrived, ``reanchored`` the re-anchors to the measured pose.
+#: step indices that never arrived, ``reanchored`` the re-anchors to the measured pose,
+#: ``foreign`` the commands refused because they did not come from the commander
+#: (``heisd_ros.nodes.driver_commander``; per sender in ``refused_publishers``).
 COMMAND_COUNTERS = (
     "received",
     "executed",
@@ -28,6 +30,7 @@ COMMAND_COUNTERS = (
     "gripper_changes",
     "lost",
     "reanchored",
+    "foreign",
 )
 #: The link counters on the arm diagnostic.
 LINK_COUNTERS = ("connect_attempts", "link_reopens")
@@ -47,7 +50,8 @@ class DriverReport:
         sdk_error: the last piper_sdk / python-can error ("<call>: <type>: <text>").
         sdk_error_at: when ``sdk_error`` happened, monotonic s (-inf: never).
         counts: commands received, executed, rejected, clamped, waited, gripper changes,
-            lost (step indices that never arrived), re-anchored; feedback messages published;
+            lost (step indices that never arrived), re-anchored, foreign (not from the
+            commander: never executed); feedback messages published;
             connection attempts and port reopens.
         sdk_log_lines: piper_sdk log lines captured (not printed) since the start.
         sdk_log_last: the newest of them.

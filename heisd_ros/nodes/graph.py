@@ -30,6 +30,9 @@ Launch arguments (both front ends):
         most once per control period of world time (``min_period_s``, :func:`launch_overrides`):
         each action is a delta for one period of ``sim.control_rate_hz``.
     ``time_scale`` (world s per wall s, "" = the YAML's, 1.0): the real-time sim's speed.
+    ``discovery_range``, ``security``, ``keystore``, ``security_strategy``, ``enclave_root``:
+        every process's environment (``heisd_ros.nodes.graph_env``): LOCALHOST discovery by
+        default, SROS2 when asked.
 
 When a node ends (:func:`stop_reason`): every node of :data:`NODES` is required, so when one
 exits or dies, for whatever reason, the launch and heisd-bringup stop all the others and
@@ -54,6 +57,7 @@ from pathlib import Path
 from heisd_ros.decoding.methods import METHOD_NAMES
 from heisd_ros.decoding.methods import check_method as check_decoder_method
 from heisd_ros.models.loading import DTYPES, MODELS
+from heisd_ros.nodes.graph_env import ENV_ARGUMENT_HELP, ENV_ARGUMENTS
 from heisd_ros.sim.modes import SIM_MODES
 
 #: The policy's decoder names: the method table's (pure data: no torch in ``ros2 launch``).
@@ -64,6 +68,7 @@ LAUNCH_ARGUMENTS: dict[str, str] = {
     "rviz": "false", "auto_reset": "", "model_type": "", "checkpoint": "", "unnorm_key": "",
     "device": "", "dtype": "", "center_crop": "", "allow_cpu": "", "drafter": "",
     "vision_specs": "", "sim_mode": "", "time_scale": "",
+    **ENV_ARGUMENTS,
 }
 #: What each launch argument does (``ros2 launch ... --show-args``, ``heisd-bringup --help``).
 ARGUMENT_HELP: dict[str, str] = {
@@ -96,6 +101,7 @@ ARGUMENT_HELP: dict[str, str] = {
                 "(one control period per command) ('' = config/sim_node.yaml's, realtime)",
     "time_scale": "sim in real time: world seconds per wall second, > 0 (0.5 = the world at "
                   "half speed) ('' = config/sim_node.yaml's, 1.0)",
+    **ENV_ARGUMENT_HELP,
 }
 #: Launch argument -> (node name, parameter name) it sets when not empty.
 ARGUMENT_PARAMETERS: dict[str, tuple[tuple[str, str], ...]] = {

@@ -24,7 +24,15 @@ Usage::
 
 Interface:
     ``/heisd/ee_command`` (heisd_ros/msg/EECommand, in): one command per control step ->
-        ``RobotController.step``. Subscription QoS: reliable, volatile, keep-last 10. Deltas
+        ``RobotController.step``, executed only when it comes from the *commander*: the
+        publisher of the node ``commander.node_name`` (default ``policy_node`` in this node's
+        namespace: the launch's ``/policy_node``), bound by node name and publisher GID
+        (``driver_commander``). Commands from any other publisher are refused (never
+        executed; the commander's stream goes on), counted per sending node on /diagnostics
+        (``commands_foreign``, ``refused_publishers``) and logged once per node. When the
+        commander's publisher leaves the ROS graph the arm holds at once (the watchdog would
+        hold only after ``safety.watchdog_timeout_s``); its next publisher binds again.
+        Subscription QoS: reliable, volatile, keep-last 10. Deltas
         must arrive complete and in order (reliable); a driver started late must never
         receive old commands (volatile); 10 is 0.5 s (``controller.max_command_age_s``) of a
         20 Hz stream, so a deeper queue would only hold commands the age check refuses, and a
@@ -54,6 +62,12 @@ Interface:
         controller`` (running / watchdog_hold / gripper_wait / disabled / fault / estop,
         gripper state and phase, the last refused command and why, clamps, SDK errors) and,
         with ``emulate``, ``<node>: emulated arm`` (the emulator's ground truth).
+    ``~/claim_control``, ``~/release_control`` (heisd_ros/srv/ClaimControl): hand control to
+        the node named in the request (a teleoperation or replay tool; refused with
+        ``commander.allow_claim: false``), and back to ``commander.node_name``; the arm holds
+        until the new commander's first command. The request names the node because a
+        service callback cannot learn its caller; who may call these services is for SROS2
+        permissions to restrict.
     ``~/enable``, ``~/disable`` (the answer warns that the arm drops), ``~/estop``,
         ``~/clear_fault`` (std_srvs/Trigger). ``~/enable`` answers failure, with the reason,
         while the arm cannot be reached (CAN lost), reports a fault, or the controller is in
@@ -91,9 +105,11 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
 from heisd_ros.msg import EECommand as EECommandMsg
+from heisd_ros.nodes import driver_commander as commander
 from heisd_ros.nodes import driver_diagnostics as diag
 from heisd_ros.nodes._params import dataclass_from_parameters
 from heisd_ros.nodes._spin import spin_node
+from heisd_ros.nodes.driver_commander import CommanderConfig, CommanderGate, Endpoint
 from heisd_ros.nodes.driver_config import (
     DRIVER_SAFETY_DEFAULTS,
     PiperDriverConfig,
@@ -111,6 +127,7 @@ from heisd_ros.robot.gripper import GripperConfig, GripperStateMachine
 from heisd_ros.robot.piper import PiperConfig, PiperRobot
 from heisd_ros.robot.piper_sdk_log import capture_sdk_log
 from heisd_ros.robot.safety import SafetyConfig, SafetyFilter
+from heisd_ros.srv import ClaimControl
 
 __all__ = ["PiperDriverNode", "main"]
 
@@ -125,6 +142,8 @@ COMMAND_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST,
     depth=10,
 )
+#: How often the commander's publisher is looked for in the ROS graph, s (a lost one: hold).
+COMMANDER_CHECK_PERIOD_S = 0.1
 
 
 class PiperDriverNode(Node):
@@ -151,6 +170,7 @@ class PiperDriverNode(Node):
         """
         super().__init__(node_name, **kwargs)
         self.config = PiperDriverConfig()
+        self.commander_config = CommanderConfig()
         self.piper_config: PiperConfig | None = None
         self.emulator: EmulatedPiper | None = None
         #: Errors by stage, command counters and outcomes (the diagnostics read them).
@@ -165,6 +185,12 @@ class PiperDriverNode(Node):
             self.get_logger().error(self.report.config_error)
 
         cfg = self.config
+        self.commander = CommanderGate(
+            commander.resolve_node_name(
+                self.commander_config.node_name, self.get_namespace()
+            ),
+            allow_claim=self.commander_config.allow_claim,
+        )
         self._core = DriverCore(
             self._controller,
             self.report,
@@ -184,12 +210,25 @@ class PiperDriverNode(Node):
         self._joint_pub = self.create_publisher(JointState, "/joint_states", 10)
         self._pose_pub = self.create_publisher(PoseStamped, "/ee_pose", 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(
+        self._with_gid = message_info_available()
+        self._command_sub = self.create_subscription(
             EECommandMsg,
             "/heisd/ee_command",
-            self._on_command,
+            self._on_command if self._with_gid else self._on_command_without_info,
             COMMAND_QOS,
             callback_group=self._control_group,
+        )
+        self._gid_missing_logged = False
+        for name, answer in (
+            ("~/claim_control", self.commander.claim),
+            ("~/release_control", self.commander.release),
+        ):
+            self.create_service(
+                ClaimControl, name, self._claim_handler(answer),
+                callback_group=self._control_group,
+            )
+        self.create_timer(
+            COMMANDER_CHECK_PERIOD_S, self._check_commander, callback_group=self._control_group
         )
         for name, answer in (
             ("~/enable", self._core.enable_service),
@@ -217,6 +256,7 @@ class PiperDriverNode(Node):
     def _configure(self, robot_factory: RobotFactory) -> None:
         """Read every parameter into its config; build the emulator, robot and controller."""
         self.config = cfg = dataclass_from_parameters(self, PiperDriverConfig)
+        self.commander_config = dataclass_from_parameters(self, CommanderConfig, "commander")
         # The node's own parameters fill the fields the component configs share with it.
         self.piper_config = config_from_parameters(
             self,
@@ -259,14 +299,70 @@ class PiperDriverNode(Node):
             self.emulator.stop()
         super().destroy_node()
 
-    def _on_command(self, msg: EECommandMsg) -> None:
+    def _on_command_without_info(self, msg: EECommandMsg) -> None:
+        self._on_command(msg, None)
+
+    def _on_command(self, msg: EECommandMsg, info: dict | None) -> None:
         self.report.counts["received"] += 1
+        gid = publisher_gid(info)
+        if gid is None and not self._gid_missing_logged:
+            self._gid_missing_logged = True
+            self.get_logger().warning(
+                "this rclpy passes no publisher GID with a message: EE commands run only while "
+                f"{self.commander.commander} is the only node publishing on "
+                f"{self._command_sub.topic_name}"
+            )
+        verdict = self.commander.admit(gid, self._command_publishers, time.monotonic())
+        if verdict.bound:
+            self.get_logger().info(f"commander: {self.commander.event}")
+        if not verdict.accepted:
+            self.report.counts["foreign"] += 1
+            if verdict.first:
+                self.get_logger().warning(
+                    f"EECommand from {verdict.sender} refused: {verdict.reason}; the arm "
+                    "follows only its commander (further refusals from this node are counted "
+                    "on /diagnostics, refused_publishers)"
+                )
+            return
         try:
             command = ee_command_from_msg(msg)
         except ValueError as exc:
             self._core.refuse(msg.step_index, f"malformed EECommand: {exc}")
             return
         self._core.command(command)
+
+    def _command_publishers(self) -> list[Endpoint]:
+        """The publishers on the (remapped) command topic, from the ROS graph."""
+        return [
+            Endpoint(commander.fully_qualified(i.node_namespace, i.node_name),
+                     bytes(i.endpoint_gid))
+            for i in self.get_publishers_info_by_topic(self._command_sub.topic_name)
+        ]
+
+    def _check_commander(self) -> None:
+        if self.commander.bound_gid is None:
+            return
+        if self.commander.check(self._command_publishers()):
+            self.get_logger().warning(f"commander: {self.commander.event}")
+            self._core.hold(f"{self.commander.commander} is gone")
+
+    def _claim_handler(self, answer: Callable[[str], tuple[bool, str]]):
+        """A ClaimControl callback: resolve the name, ``answer(name)``, hold on a change."""
+
+        def handler(request: ClaimControl.Request, response: ClaimControl.Response):
+            try:
+                name = commander.resolve_node_name(request.node_name, self.get_namespace())
+            except ValueError as exc:
+                response.success, response.message = False, str(exc)
+            else:
+                response.success, response.message = answer(name)
+            response.commander = self.commander.commander
+            if response.success:
+                self.get_logger().warning(f"commander: {self.commander.event}")
+                self._core.hold(f"control passed to {self.commander.commander}")
+            return response
+
+        return handler
 
     def _on_feedback(self) -> None:
         ctl = self._controller
@@ -311,6 +407,7 @@ class PiperDriverNode(Node):
             self._controller,
             self._core.last_result,
             time.monotonic(),
+            self.commander,
         )
 
     def emulator_diagnostic(self) -> DiagnosticStatus:
@@ -326,6 +423,26 @@ def _trigger_handler(answer: Callable[[], tuple[bool, str]]):
         return response
 
     return handler
+
+
+def message_info_available() -> bool:
+    """Whether this rclpy hands subscription callbacks a MessageInfo (rclpy >= 3.4: Iron on).
+
+    Humble's rclpy 3.3 calls a callback with the message only; from 3.4 (Iron, Jazzy's 7.1) a
+    callback taking two arguments also gets the MessageInfo (timestamps, sequence numbers);
+    its ``publisher_gid`` came later (Kilted's 9.1 has it). Without one the commander rule
+    falls back to the topic's publishers (``driver_commander``), logged once.
+    """
+    from rclpy.subscription import Subscription
+
+    return hasattr(Subscription, "CallbackType")
+
+
+def publisher_gid(info: dict | None) -> bytes | None:
+    """The sending publisher's GID from a MessageInfo; None when this rclpy does not give it."""
+    gid = (info or {}).get("publisher_gid")
+    data = gid.get("data") if isinstance(gid, dict) else None
+    return bytes(data) if data else None
 
 
 def main(args: list[str] | None = None) -> None:

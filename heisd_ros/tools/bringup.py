@@ -7,6 +7,11 @@ separate program; start it yourself with ``rviz2 -d config/heisd.rviz``. So is
 robot_state_publisher, which the launch adds when installed: heisd-bringup says in one line
 that it does not start it (no arm model in rviz2).
 
+Its environment is the launch's (``heisd_ros.nodes.graph_env``): before ``rclpy.init`` it
+sets ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` (``--discovery-range`` widens it) and, with
+``--security true --keystore DIR``, the SROS2 variables; all its nodes share one process and
+so one enclave, ``<enclave_root>/heisd_bringup``.
+
 It stops like the launch (``heisd_ros.nodes.graph``): Ctrl-C or SIGTERM stops every node and
 exits 0 (``heisd_ros.nodes._spin``: no traceback, a second signal changes nothing); when a
 node dies (its constructor or one of its callbacks raises) every node is stopped and the
@@ -18,6 +23,8 @@ Examples:
     heisd-bringup --task stack_blue_on_red --method router_skip --threads 6
     heisd-bringup --auto-reset false                # one sim episode per ~/reset call
     heisd-bringup --dry-run                         # print the nodes and parameters, exit
+    heisd-bringup --discovery-range SUBNET          # reachable from the local network
+    heisd-bringup --sim false --security true --keystore /etc/heisd/keystore   # SROS2
     heisd-bringup --model-type openvla --checkpoint ckpt/openvla-7b-ft --unnorm-key KEY \
         --drafter draft_head_openvla.safetensors --db db_openvla   # OpenVLA on the GPU
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import traceback
@@ -42,6 +50,7 @@ from heisd_ros.nodes.graph import (
     parse_bool,
     stop_reason,
 )
+from heisd_ros.nodes.graph_env import BRINGUP_ENCLAVE, enclave_arguments, process_environment
 from heisd_ros.nodes.robot_description import bringup_skip_line
 
 
@@ -55,14 +64,26 @@ def node_plan(arguments: dict[str, str], configs: Path | None = None) -> list[di
              "remappings": list(spec.remappings)} for spec in nodes_for(sim)]
 
 
-def ros_arguments(plan: list[dict]) -> list[str]:
-    """``--ros-args`` for the context: every params file, node-scoped remappings."""
+def ros_arguments(plan: list[dict], enclave: list[str] = ()) -> list[str]:
+    """``--ros-args`` for the context: every params file, node-scoped remappings, the enclave.
+
+    ``enclave``: :func:`heisd_ros.nodes.graph_env.enclave_arguments` ([] without security).
+    """
     args = ["--ros-args"]
     for item in plan:
         args += ["--params-file", item["params_file"]]
         for src, dst in item["remappings"]:
             args += ["-r", f"{item['spec'].name}:{src}:={dst}"]
-    return args
+    return [*args, *enclave[1:]]  # enclave[0] is its own "--ros-args"
+
+
+def process_settings(arguments: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """(environment, enclave arguments) of this process, from the launch arguments.
+
+    Raises:
+        ValueError: a bad discovery or security argument.
+    """
+    return process_environment(arguments), enclave_arguments(arguments, BRINGUP_ENCLAVE)
 
 
 def build_node(spec: NodeSpec, overrides: dict[str, str | bool], context):
@@ -96,8 +117,12 @@ def _tracebacks(exc: BaseException):
         tb = tb.tb_next
 
 
-def run(plan: list[dict], threads: int) -> NoReturn:
+def run(plan: list[dict], threads: int, env: dict[str, str] | None = None,
+        enclave: list[str] = ()) -> NoReturn:
     """Start the plan's nodes in this process, spin them until a signal or a failure, exit.
+
+    ``env`` goes into this process's environment before ``rclpy.init`` (the middleware reads
+    discovery and security settings there); ``enclave`` is :func:`process_settings`'s.
 
     Exit code 0 after SIGINT/SIGTERM (or a ROS shutdown), 1 when a node failed: its
     constructor or a callback raised. Either way every node built so far is torn down first
@@ -109,10 +134,11 @@ def run(plan: list[dict], threads: int) -> NoReturn:
 
     from heisd_ros.nodes._spin import StopRequest, exit_process, spin_until_stopped, tear_down
 
+    os.environ.update(env or {})
     stop = StopRequest().install()
     nodes = []
     failure = ""
-    with rclpy.init(args=ros_arguments(plan),
+    with rclpy.init(args=ros_arguments(plan, enclave),
                     signal_handler_options=SignalHandlerOptions.NO) as init:
         executor = MultiThreadedExecutor(num_threads=threads, context=init.context)
         try:
@@ -163,7 +189,8 @@ def main(argv=None) -> int:
     arguments = {name: getattr(args, name) for name in LAUNCH_ARGUMENTS if name != "rviz"}
     try:
         plan = node_plan(arguments)
-    except ValueError as exc:  # a bad method or sim value: say so, start nothing
+        env, enclave = process_settings(arguments)
+    except ValueError as exc:  # a bad method, sim or security value: say so, start nothing
         print(f"heisd-bringup: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
@@ -171,9 +198,10 @@ def main(argv=None) -> int:
             print(f"{item['spec'].name}: {item['spec'].module}.{item['spec'].class_name} "
                   f"params={item['params_file']} overrides={item['overrides']} "
                   f"remappings={item['remappings']}")
+        print(f"environment: {env} enclave: {enclave[2] if enclave else ''}")
         return 0
     print(f"heisd-bringup: {bringup_skip_line()}", file=sys.stderr, flush=True)
-    run(plan, args.threads)
+    run(plan, args.threads, env, enclave)
 
 
 if __name__ == "__main__":
