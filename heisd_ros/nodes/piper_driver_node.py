@@ -5,9 +5,11 @@ A thin adapter over :class:`heisd_ros.robot.controller.RobotController` on a
 what comes back (never an exception) into topics, diagnostics, log lines and service answers.
 Stopping never cuts motor power (a PIPER drops its arm when disabled): the watchdog, faults and
 SDK errors all *hold* the last commanded pose. The parts: ``driver_config`` (parameters),
-``driver_core`` (connect, enable, step, hold, service answers; no rclpy), ``driver_report``
-(errors and counters), ``driver_diagnostics`` (/diagnostics entries) and ``driver_emulator``
-(fault injection into the emulated arm).
+``driver_core`` (connect, enable, step, hold, service answers; no rclpy), ``driver_commander``
+(the one-commander rule; no rclpy), ``driver_command_input`` (the command subscription,
+claim/release services and commander look-up that apply it), ``driver_report`` (errors and
+counters), ``driver_diagnostics`` (/diagnostics entries) and ``driver_emulator`` (fault
+injection into the emulated arm).
 
 Usage::
 
@@ -100,16 +102,14 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
-from heisd_ros.msg import EECommand as EECommandMsg
-from heisd_ros.nodes import driver_commander as commander
 from heisd_ros.nodes import driver_diagnostics as diag
 from heisd_ros.nodes._params import dataclass_from_parameters
 from heisd_ros.nodes._spin import spin_node
-from heisd_ros.nodes.driver_commander import CommanderConfig, CommanderGate, Endpoint
+from heisd_ros.nodes.driver_command_input import CommandInput
+from heisd_ros.nodes.driver_commander import CommanderConfig, CommanderGate, resolve_node_name
 from heisd_ros.nodes.driver_config import (
     DRIVER_SAFETY_DEFAULTS,
     PiperDriverConfig,
@@ -119,7 +119,7 @@ from heisd_ros.nodes.driver_config import (
 from heisd_ros.nodes.driver_core import DriverCore
 from heisd_ros.nodes.driver_emulator import create_emulator_services
 from heisd_ros.nodes.driver_report import DriverReport
-from heisd_ros.nodes.robot_msgs import ee_command_from_msg, ee_pose_msg, joint_state_msg
+from heisd_ros.nodes.robot_msgs import ee_pose_msg, joint_state_msg
 from heisd_ros.robot.base import Robot, RobotError, RobotState
 from heisd_ros.robot.controller import RobotController
 from heisd_ros.robot.emulated_piper import EmulatedPiper, EmulatedPiperConfig
@@ -127,23 +127,10 @@ from heisd_ros.robot.gripper import GripperConfig, GripperStateMachine
 from heisd_ros.robot.piper import PiperConfig, PiperRobot
 from heisd_ros.robot.piper_sdk_log import capture_sdk_log
 from heisd_ros.robot.safety import SafetyConfig, SafetyFilter
-from heisd_ros.srv import ClaimControl
 
 __all__ = ["PiperDriverNode", "main"]
 
 RobotFactory = Callable[[PiperConfig], Robot]
-
-#: /heisd/ee_command: every delta, in order (reliable); never an old command to a late joiner
-#: (volatile); 10 = 0.5 s (max_command_age_s) at 20 Hz: deeper would only queue commands the
-#: age check refuses, and an overflow shows as a step_index gap (refused, re-anchored).
-COMMAND_QOS = QoSProfile(
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.VOLATILE,
-    history=HistoryPolicy.KEEP_LAST,
-    depth=10,
-)
-#: How often the commander's publisher is looked for in the ROS graph, s (a lost one: hold).
-COMMANDER_CHECK_PERIOD_S = 0.1
 
 
 class PiperDriverNode(Node):
@@ -186,9 +173,7 @@ class PiperDriverNode(Node):
 
         cfg = self.config
         self.commander = CommanderGate(
-            commander.resolve_node_name(
-                self.commander_config.node_name, self.get_namespace()
-            ),
+            resolve_node_name(self.commander_config.node_name, self.get_namespace()),
             allow_claim=self.commander_config.allow_claim,
         )
         self._core = DriverCore(
@@ -210,25 +195,9 @@ class PiperDriverNode(Node):
         self._joint_pub = self.create_publisher(JointState, "/joint_states", 10)
         self._pose_pub = self.create_publisher(PoseStamped, "/ee_pose", 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._with_gid = message_info_available()
-        self._command_sub = self.create_subscription(
-            EECommandMsg,
-            "/heisd/ee_command",
-            self._on_command if self._with_gid else self._on_command_without_info,
-            COMMAND_QOS,
-            callback_group=self._control_group,
-        )
-        self._gid_missing_logged = False
-        for name, answer in (
-            ("~/claim_control", self.commander.claim),
-            ("~/release_control", self.commander.release),
-        ):
-            self.create_service(
-                ClaimControl, name, self._claim_handler(answer),
-                callback_group=self._control_group,
-            )
-        self.create_timer(
-            COMMANDER_CHECK_PERIOD_S, self._check_commander, callback_group=self._control_group
+        # /heisd/ee_command (from the commander only), ~/claim_control, ~/release_control.
+        self._commands = CommandInput(
+            self, self.commander, self._core, self.report, callback_group=self._control_group
         )
         for name, answer in (
             ("~/enable", self._core.enable_service),
@@ -299,71 +268,6 @@ class PiperDriverNode(Node):
             self.emulator.stop()
         super().destroy_node()
 
-    def _on_command_without_info(self, msg: EECommandMsg) -> None:
-        self._on_command(msg, None)
-
-    def _on_command(self, msg: EECommandMsg, info: dict | None) -> None:
-        self.report.counts["received"] += 1
-        gid = publisher_gid(info)
-        if gid is None and not self._gid_missing_logged:
-            self._gid_missing_logged = True
-            self.get_logger().warning(
-                "this rclpy passes no publisher GID with a message: EE commands run only while "
-                f"{self.commander.commander} is the only node publishing on "
-                f"{self._command_sub.topic_name}"
-            )
-        verdict = self.commander.admit(gid, self._command_publishers, time.monotonic())
-        if verdict.bound:
-            self.get_logger().info(f"commander: {self.commander.event}")
-        if not verdict.accepted:
-            self.report.counts["foreign"] += 1
-            if verdict.first:
-                self.get_logger().warning(
-                    f"EECommand from {verdict.sender} refused: {verdict.reason}; the arm "
-                    "follows only its commander (further refusals from this node are counted "
-                    "on /diagnostics, refused_publishers)"
-                )
-            return
-        try:
-            command = ee_command_from_msg(msg)
-        except ValueError as exc:
-            self._core.refuse(msg.step_index, f"malformed EECommand: {exc}")
-            return
-        self._core.command(command)
-
-    def _command_publishers(self) -> list[Endpoint]:
-        """The publishers on the (remapped) command topic, from the ROS graph."""
-        return [
-            Endpoint(commander.fully_qualified(i.node_namespace, i.node_name),
-                     bytes(i.endpoint_gid))
-            for i in self.get_publishers_info_by_topic(self._command_sub.topic_name)
-        ]
-
-    def _check_commander(self) -> None:
-        if self.commander.bound_gid is None:
-            return
-        if self.commander.check(self._command_publishers()):
-            self.get_logger().warning(f"commander: {self.commander.event}")
-            self._core.hold(f"{self.commander.commander} is gone")
-
-    def _claim_handler(self, answer: Callable[[str], tuple[bool, str]]):
-        """A ClaimControl callback: resolve the name, ``answer(name)``, hold on a change."""
-
-        def handler(request: ClaimControl.Request, response: ClaimControl.Response):
-            try:
-                name = commander.resolve_node_name(request.node_name, self.get_namespace())
-            except ValueError as exc:
-                response.success, response.message = False, str(exc)
-            else:
-                response.success, response.message = answer(name)
-            response.commander = self.commander.commander
-            if response.success:
-                self.get_logger().warning(f"commander: {self.commander.event}")
-                self._core.hold(f"control passed to {self.commander.commander}")
-            return response
-
-        return handler
-
     def _on_feedback(self) -> None:
         ctl = self._controller
         if ctl is None or not ctl.robot.is_connected:
@@ -423,26 +327,6 @@ def _trigger_handler(answer: Callable[[], tuple[bool, str]]):
         return response
 
     return handler
-
-
-def message_info_available() -> bool:
-    """Whether this rclpy hands subscription callbacks a MessageInfo (rclpy >= 3.4: Iron on).
-
-    Humble's rclpy 3.3 calls a callback with the message only; from 3.4 (Iron, Jazzy's 7.1) a
-    callback taking two arguments also gets the MessageInfo (timestamps, sequence numbers);
-    its ``publisher_gid`` came later (Kilted's 9.1 has it). Without one the commander rule
-    falls back to the topic's publishers (``driver_commander``), logged once.
-    """
-    from rclpy.subscription import Subscription
-
-    return hasattr(Subscription, "CallbackType")
-
-
-def publisher_gid(info: dict | None) -> bytes | None:
-    """The sending publisher's GID from a MessageInfo; None when this rclpy does not give it."""
-    gid = (info or {}).get("publisher_gid")
-    data = gid.get("data") if isinstance(gid, dict) else None
-    return bytes(data) if data else None
 
 
 def main(args: list[str] | None = None) -> None:
