@@ -27,6 +27,7 @@ from visualization_msgs.msg import MarkerArray  # noqa: E402
 
 from heisd_ros.nodes.image_conversion import rgb_to_image  # noqa: E402
 from heisd_ros.nodes.policy_node import PolicyNode  # noqa: E402
+from heisd_ros.nodes.policy_viz import PATH_MARKER_ID, PATH_NAMESPACE, ROUTER_COLOURS  # noqa: E402
 from heisd_ros.nodes.robot_msgs import seconds_to_stamp, stamp_to_seconds  # noqa: E402
 
 EECommand, HybridStep = hmsg.EECommand, hmsg.HybridStep
@@ -165,6 +166,17 @@ def test_good_input_gives_one_command_with_its_status(graph):
     assert out["path"][-1].poses and out["path"][-1].header.frame_id == "base_link"
     text = [m.text for m in out["markers"][-1].markers if m.text]
     assert text and "AL=" in text[0] and "F=" in text[0]
+    # the same array holds the episode's path as a strip coloured by router mode (here off)
+    strip = next(m for m in out["markers"][-1].markers if m.ns == PATH_NAMESPACE)
+    assert strip.type == strip.LINE_STRIP and strip.id == PATH_MARKER_ID
+    assert len(strip.colors) == len(strip.points)
+    grey = ROUTER_COLOURS[HybridStep.ROUTER_OFF]
+    assert all(math.isclose(value, want, abs_tol=1e-6) for c in strip.colors
+               for value, want in zip((c.r, c.g, c.b), grey, strict=True))
+    assert spin_until(executor, lambda: any(p.header.stamp == strip.header.stamp
+                                            for p in out["path"]))
+    poses = next(p.poses for p in out["path"] if p.header.stamp == strip.header.stamp)
+    assert len(strip.points) == max(2, len(poses))  # one position is drawn twice
 
 
 @pytest.mark.parametrize("case,kind", [

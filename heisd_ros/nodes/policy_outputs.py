@@ -1,8 +1,9 @@
 """What the policy node publishes: the EE command, the step's status and viz, diagnostics.
 
 A step's command goes out as soon as the decoder is done; its HybridStep, the executed path
-and the router markers follow while the next observation decodes
-(:mod:`heisd_ros.nodes.policy_step_loop`), so the decoder does not wait for them.
+and the router markers (with the path coloured by router mode) follow while the next
+observation decodes (:mod:`heisd_ros.nodes.policy_step_loop`), so the decoder does not wait
+for them.
 """
 
 from __future__ import annotations
@@ -16,22 +17,28 @@ from nav_msgs.msg import Path
 from rclpy.node import Node
 from visualization_msgs.msg import MarkerArray
 
+from heisd_ros.decoding.interface import ROUTER_OFF
 from heisd_ros.msg import EECommand, HybridStep
 from heisd_ros.nodes.policy_config import PolicyNodeConfig
 from heisd_ros.nodes.policy_decoders import DecodedStep
 from heisd_ros.nodes.policy_inputs import RobotInput, Snapshot
 from heisd_ros.nodes.policy_messages import command_msg, hybrid_step_msg, robot_pose_msg
-from heisd_ros.nodes.policy_viz import append_pose, step_markers
+from heisd_ros.nodes.policy_viz import RouterPath, append_pose, step_markers
 from heisd_ros.nodes.robot_msgs import seconds_to_stamp
 
 
 class PolicyOutputs:
-    """The policy node's publishers, and the executed path of the current episode."""
+    """The policy node's publishers, and the executed path of the current episode.
+
+    The path is kept twice, bounded by ``path_length`` both times: as the nav_msgs/Path of
+    /heisd/ee_path and as the router-mode strip of /heisd/router_markers.
+    """
 
     def __init__(self, node: Node, config: PolicyNodeConfig) -> None:
         """Create the publishers on ``node``; ``config`` gives frame and history lengths."""
         self.config = config
         self.path = Path()
+        self.router_path = RouterPath(config.path_length)
         self._clock = node.get_clock()
         self._cmd_pub = node.create_publisher(EECommand, "/heisd/ee_command", 10)
         self._step_pub = node.create_publisher(HybridStep, "/heisd/hybrid_step", 10)
@@ -58,13 +65,17 @@ class PolicyOutputs:
                                                retrieval_available))
         self._path_pub.publish(append_pose(self.path, robot_pose_msg(robot, stamp, cfg.frame_id),
                                            cfg.path_length))
-        self._marker_pub.publish(step_markers(step_index, stamp, cfg.frame_id,
-                                              robot.ee_position_m, step.source, step.fields,
-                                              cfg.marker_keep))
+        markers = step_markers(step_index, stamp, cfg.frame_id, robot.ee_position_m,
+                               step.source, step.fields, cfg.marker_keep)
+        markers.markers.append(self.router_path.add(
+            robot.ee_position_m, step.fields.get("router_mode", ROUTER_OFF), stamp,
+            cfg.frame_id))
+        self._marker_pub.publish(markers)
 
     def new_episode(self) -> None:
-        """Start a new executed path."""
+        """Start a new executed path (and router-mode strip)."""
         self.path = Path()
+        self.router_path = RouterPath(self.config.path_length)
 
     def diagnostics(self, status: DiagnosticStatus) -> None:
         """Publish ``status`` on /diagnostics, stamped now."""
