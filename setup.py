@@ -15,13 +15,14 @@ EXTRAS = {
     "robot": ["piper-sdk>=0.6.2", "python-can>=4.4"],
     "data": ["rosbags>=0.10"],
     "report": ["matplotlib>=3.8"],
+    "view": ["rerun-sdk==0.41.0"],
     "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6",
-             "yourdfpy>=0.0.56"],
+             "yourdfpy>=0.0.56", "playwright>=1.50"],
 }
 EXTRAS["all"] = sorted({req for name, reqs in EXTRAS.items() if name != "test" for req in reqs})
 
 TOOLS = ["train-drafter", "bench", "collect", "bringup", "build-db", "calibrate", "train-vla",
-         "eval", "record", "replay", "model", "demo"]
+         "eval", "record", "replay", "model", "demo", "view"]
 
 setup(
     name="heisd_ros",

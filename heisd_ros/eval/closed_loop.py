@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -40,7 +41,7 @@ class EpisodeRun:
 def run_interleaved_episodes(decoders: dict, tasks: Sequence[tuple[str, str]], episodes: int,
                              seed: int, max_steps: int | None = None, sim_config=None,
                              progress: EpisodeCallback | None = None,
-                             realtime=None) -> list[EpisodeRun]:
+                             realtime=None, view_dir=None) -> list[EpisodeRun]:
     """Every method on every task for ``episodes`` seeds ``seed, seed + 1, ...``.
 
     Args:
@@ -54,12 +55,16 @@ def run_interleaved_episodes(decoders: dict, tasks: Sequence[tuple[str, str]], e
         realtime: ``heisd_ros.sim.runner.RealTime`` to let the world move while a method
             decides (its latency then costs world time); None runs lockstep. The progress
             stages are then read at every command.
+        view_dir: write every episode as a Rerun recording
+            ``<view_dir>/<suite>/<task>/<method>_seed<seed>.rrd`` (``heisd-view``).
     """
     from heisd_ros.sim.env import PiperSimEnv
     from heisd_ros.sim.progress import EpisodeProgress
     from heisd_ros.sim.runner import run_episodes
     from heisd_ros.sim.suites import get_task
 
+    if view_dir is not None:
+        from heisd_ros.eval.recording import EpisodeTape
     if episodes < 1:
         raise ValueError(f"episodes: expected >= 1, got {episodes}")
     names = list(decoders)
@@ -74,18 +79,26 @@ def run_interleaved_episodes(decoders: dict, tasks: Sequence[tuple[str, str]], e
                 for name in names[shift:] + names[:shift]:
                     positions: list[list[float]] = []
                     tracker: list[EpisodeProgress] = []
+                    tape = None if view_dir is None else EpisodeTape(
+                        suite, task, env.task.instruction, seed + i,
+                        env.config.control_rate_hz)
 
                     def observe(ep, step, obs, action, outcome, positions=positions,
-                                tracker=tracker):
+                                tracker=tracker, tape=tape):
                         if not tracker:  # the env was just reset for this episode
                             tracker.append(EpisodeProgress(env))
                         tracker[0].update(action)
                         positions.append(np.asarray(obs.proprio[:3], float).tolist())
+                        if tape is not None:
+                            tape(0, step, obs, action, outcome)
 
                     result = run_episodes(policies[name], suite, task, 1, seed + i, max_steps,
                                           observer=observe, env=env,
                                           realtime=realtime).episodes[0]
                     policies[name].end_episode(bool(result.success))
+                    if tape is not None and result.stats:
+                        _write_view(view_dir, suite, task, name, seed + i,
+                                    tape.finish(0, bool(result.success)), result.stats)
                     runs.append(EpisodeRun(suite, task, seed + i, name, bool(result.success),
                                            list(result.stats), positions,
                                            tracker[0].result() if tracker else {},
@@ -93,6 +106,15 @@ def run_interleaved_episodes(decoders: dict, tasks: Sequence[tuple[str, str]], e
                     if progress is not None:
                         progress(suite, task, seed + i, name, bool(result.success))
     return runs
+
+
+def _write_view(view_dir, suite: str, task: str, method: str, seed: int, record,
+                stats) -> None:
+    from heisd_ros.viewer.files import write_episode
+    from heisd_ros.viewer.sources import eval_steps
+
+    path = Path(view_dir) / suite / task / f"{method}_seed{seed}.rrd"
+    write_episode(path, f"{suite}/{task} {method} seed {seed}", eval_steps(record, stats))
 
 
 def summarise_runs(runs: Sequence[EpisodeRun], reference: str = "ar") -> dict[str, dict]:

@@ -70,22 +70,17 @@ class EpisodeTape:
         return self.recorders[episode].finish(success)
 
 
-def hybrid_step_msg(ts: Typestore, step: dict, index: int, task: str, header) -> object:
-    """A HybridStep message from a step record (router fields NaN when there is no router).
+def hybrid_step_fields(step: dict) -> dict:
+    """The HybridStep fields (no header, index or task) of a step record.
 
-    A hybrid decoder's own record (``step["hybrid"]``) is used as is when present.
+    A hybrid decoder's own record (``step["hybrid"]``) is used as is when present (None
+    becomes NaN); a plain decode's counters fill the rest, router fields NaN.
     """
-    cls = ts.types[HYBRID_STEP_TYPE]
     if step.get("hybrid"):
-        fields = {k: (float("nan") if v is None else v) for k, v in step["hybrid"].items()}
-        for key, dtype in (("accepted_length_per_round", np.uint8), ("action_bins", np.uint8),
-                           ("action", np.float64)):
-            fields[key] = np.asarray(fields[key], dtype=dtype)
-        return cls(header=header, step_index=index, task=task, **fields)
+        return {k: (float("nan") if v is None else v) for k, v in step["hybrid"].items()}
     ms = step["stage_ms"]
     nan = float("nan")
-    return cls(
-        header=header, step_index=index, task=task,
+    return dict(
         router_mode=_ROUTER.get(step["router_mode"], 2), fused_metric=nan, curvature_term=nan,
         displacement_term=nan, curvature_radius_m=nan, displacement_m=nan, router_threshold=nan,
         draft_source=_SOURCE.get(step["draft_source"].split("+")[0], 0),
@@ -93,15 +88,23 @@ def hybrid_step_msg(ts: Typestore, step: dict, index: int, task: str, header) ->
         skip_rule="similarity" if step["verify_skipped"] else "", skip_similarity=nan,
         skip_threshold=nan, checked_behind=False, behind_result=0, behind_bin_difference=-1,
         behind_wait_ms=0.0, behind_check_ms=nan, accepted_tokens=step["tokens_from_draft"],
-        accepted_length_per_round=np.asarray(step["accepted_lengths"], dtype=np.uint8),
+        accepted_length_per_round=list(step["accepted_lengths"]),
         first_error_position=step.get("first_error_position", -1),
         target_forwards=step["target_forwards"], drafter_forwards=step["drafter_forwards"],
-        retrieval_calls=step["retrieval_calls"],
-        action_bins=np.asarray(step["bins"], dtype=np.uint8),
-        action=np.asarray(step["action"], dtype=np.float64),
+        retrieval_calls=step["retrieval_calls"], action_bins=list(step["bins"]),
+        action=list(step["action"]),
         **{f"{k}_ms": float(ms.get(k, 0.0)) for k in ("vision", "retrieval", "prefill", "draft",
                                                       "verify", "overhead", "total")},
         status="")
+
+
+def hybrid_step_msg(ts: Typestore, step: dict, index: int, task: str, header) -> object:
+    """A HybridStep message from a step record (see :func:`hybrid_step_fields`)."""
+    fields = hybrid_step_fields(step)
+    for key, dtype in (("accepted_length_per_round", np.uint8), ("action_bins", np.uint8),
+                       ("action", np.float64)):
+        fields[key] = np.asarray(fields[key], dtype=dtype)
+    return ts.types[HYBRID_STEP_TYPE](header=header, step_index=index, task=task, **fields)
 
 
 def write_run_bag(record: EpisodeRecord, steps: list[dict] | None, path: str | Path,

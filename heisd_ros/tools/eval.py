@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reuse the tasks an interrupted run with the same --json, options, "
                         "code and input files finished; run only the rest")
     p.add_argument("--report", default=None, help="write report.md and PNG plots here")
+    p.add_argument("--view", default=None, metavar="DIR",
+                   help="write every episode as a Rerun recording, "
+                        "DIR/<suite>/<task>/<method>_seed<seed>.rrd (open: heisd-view open FILE)")
     p.add_argument("--curve", nargs="+", default=None, metavar="RUN_JSON",
                    help="no evaluation: success against speed over these earlier runs' "
                         "--json files, which differ in --curve-key (a table; with --report "
@@ -411,7 +414,8 @@ def _run_tasks(args, methods, tasks, finished=None):
                 price_paths(decoders.values(), realtime.profile)
             runs += run_interleaved_episodes(decoders, [p for p in tasks if p[0] == suite],
                                              args.episodes, args.seed, args.max_steps,
-                                             sim_config, progress, realtime=realtime)
+                                             sim_config, progress, realtime=realtime,
+                                             view_dir=args.view)
     finally:
         ctx.close()
     return runs, desc
@@ -454,7 +458,7 @@ def _fingerprint(args, methods, tasks) -> str:
     from heisd_ros.eval.job_results import run_fingerprint
 
     skip = {"json", "report", "resume", "workers", "curve", "curve_key", "suites", "tasks",
-            "methods", "real_time", "time_scale", "camera_rate_hz"}
+            "methods", "real_time", "time_scale", "camera_rate_hz", "view"}
     options = {k: v for k, v in vars(args).items() if k not in skip}
     options.update(methods=methods, tasks=tasks, timing=_timing(args))
     files = [getattr(args, k, None) for k in ("target", "drafter", "calibration", "router_stats",

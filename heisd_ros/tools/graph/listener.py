@@ -115,16 +115,21 @@ class GraphListener:
         diagnostics_at: per /diagnostics status name, when it last arrived, s.
 
     ``keep``: the newest records kept per list (None: all, what a measured window needs).
+    ``tap``: called as ``tap(kind, arrival_s, message)`` with every arrival besides the
+    record (kind: "command", "step", "status", "state", or a camera of :data:`CAMERAS`;
+    the message as received: serialized bytes for cameras and joint states), for a viewer
+    that needs the contents; on the spinning thread, so it must be quick.
     """
 
     def __init__(self, node, *, cameras: bool = False, robot_state: bool = False,
                  episodes: bool = False, keep: int | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 tap: Callable[[str, float, object], None] | None = None) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
 
         from heisd_ros.msg import EECommand, HybridStep
 
-        self.node, self._clock = node, clock
+        self.node, self._clock, self._tap = node, clock, tap
         self._lock = threading.Lock()
         self._executor = self._thread = None
         self.commands: deque[Command] = deque(maxlen=keep)
@@ -183,19 +188,26 @@ class GraphListener:
         self._executor = self._thread = None
 
     # ------------------------------------------------------------ callbacks
+    def _tapped(self, kind: str, arrival_s: float, msg) -> None:
+        if self._tap is not None:
+            self._tap(kind, arrival_s, msg)
+
     def on_command(self, msg) -> None:
         """An EECommand arrived."""
-        self.commands.append(Command(self._clock(), _seconds(msg.header.stamp)))
+        now = self._clock()
+        self.commands.append(Command(now, _seconds(msg.header.stamp)))
+        self._tapped("command", now, msg)
 
     def on_step(self, msg) -> None:
         """A HybridStep arrived."""
-        stamp = msg.header.stamp
+        stamp, now = msg.header.stamp, self._clock()
         self.steps.append(Step(
-            self._clock(), int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec),
+            now, int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec),
             float(msg.total_ms), bool(msg.verify_skipped), int(msg.unverified_run),
             str(msg.status), int(msg.draft_source),
             {k: float(getattr(msg, k)) for k in STAGES},
             int(msg.behind_result), float(msg.behind_wait_ms)))
+        self._tapped("step", now, msg)
 
     def on_diagnostics(self, msg) -> None:
         """A DiagnosticArray arrived: each status's values (and ``message``) replace the last."""
@@ -215,16 +227,21 @@ class GraphListener:
                                     (msg.suite, msg.task, int(msg.episode), int(msg.seed)),
                                     int(msg.step), bool(msg.done), bool(msg.success),
                                     str(msg.reason)))
+        self._tapped("status", self._clock(), msg)
 
-    def on_state(self, _data: bytes) -> None:
+    def on_state(self, data: bytes) -> None:
         """A /joint_states arrived (serialized: only its time counts)."""
-        self.states.append(self._clock())
+        now = self._clock()
+        self.states.append(now)
+        self._tapped("state", now, data)
 
     def _frame_callback(self, camera: str) -> Callable[[bytes], None]:
         frames = self.frames[camera]
 
         def on_frame(data: bytes) -> None:
-            frames.append((self._clock(), stamp_from_cdr(data)))
+            now = self._clock()
+            frames.append((now, stamp_from_cdr(data)))
+            self._tapped(camera, now, data)
         return on_frame
 
     # ------------------------------------------------------------ reading
