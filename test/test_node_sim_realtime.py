@@ -1,8 +1,9 @@
 """The sim node in real time over real DDS: the world does not wait for commands.
 
 Frames and states stream with no command; the arm tracks the latest accepted command between
-frames (a newer command replaces an older one mid-motion); an episode ends by itself at its
-time limit and the next one starts.
+frames (a newer command replaces an older one mid-motion); a command on frames older than
+``max_command_age_s`` is refused and counted, as on the driver; an episode ends by itself at
+its time limit and the next one starts.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from test.ros_env import require_ros
 
 rclpy, hmsg, _ = require_ros()
 
+from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from geometry_msgs.msg import PoseStamped  # noqa: E402
+from rclpy.clock import Clock  # noqa: E402
 from rclpy.executors import MultiThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from sensor_msgs.msg import Image  # noqa: E402
 
 from heisd_ros.nodes.qos import STATUS_QOS  # noqa: E402
-from heisd_ros.nodes.sim_node import SimNode  # noqa: E402
+from heisd_ros.nodes.sim_node import SIM_DIAGNOSTICS, SimNode  # noqa: E402
 from heisd_ros.nodes.sim_params import SimNodeConfig  # noqa: E402
 
 EECommand, EpisodeStatus = hmsg.EECommand, hmsg.EpisodeStatus
@@ -47,12 +50,15 @@ def graph(module_ros_domain):
         # a loaded test machine must not end the episode for a slow command (the arm holds)
         Parameter("safety.watchdog_timeout_s", value=60.0)])
     peer = rclpy.create_node("sim_realtime_peer", context=context)
-    seen = {"third": [], "wrist": [], "pose": [], "status": []}
+    seen = {"third": [], "wrist": [], "pose": [], "status": [], "diagnostics": []}
     peer.create_subscription(Image, "/camera/third_person/image_raw", seen["third"].append, 50)
     peer.create_subscription(Image, "/camera/wrist/image_raw", seen["wrist"].append, 50)
     peer.create_subscription(PoseStamped, "/ee_pose", seen["pose"].append, 500)
     peer.create_subscription(EpisodeStatus, "/heisd/episode_status", seen["status"].append,
                              STATUS_QOS)
+    peer.create_subscription(DiagnosticArray, "/diagnostics", lambda m: seen["diagnostics"].extend(
+        {kv.key: kv.value for kv in st.values} for st in m.status if st.name == SIM_DIAGNOSTICS),
+        10)
     pub = peer.create_publisher(EECommand, "/heisd/ee_command", 10)
     executor = MultiThreadedExecutor(num_threads=3, context=context)
     executor.add_node(sim)
@@ -64,10 +70,13 @@ def graph(module_ros_domain):
     rclpy.shutdown(context=context)
 
 
-def command(index, dx=0.0):
+def command(index, dx=0.0, age_s=0.0):
+    """A command stamped ``age_s`` before now (the frames it was decided on)."""
     msg = EECommand(step_index=index, gripper=0, gripper_from_target=True)
     msg.translation_m.x = dx
     msg.header.frame_id = "base_link"
+    msg.header.stamp = Clock().now().to_msg()
+    msg.header.stamp.sec -= int(age_s)
     return msg
 
 
@@ -113,6 +122,20 @@ def test_the_arm_tracks_the_latest_command_between_frames(graph):
         f"expected x {x0 + 0.03:.4f} m (the latest target, not the one before at "
         f"{x0 + 0.04:.4f}), at {pose_x(seen['pose'][-1]):.4f}")
     assert seen["status"][-1].step == 3
+
+
+def test_a_command_on_old_frames_is_refused_and_counted(graph):
+    sim, pub, executor, seen = graph
+    refused, ran = sim.commands_refused_age, sim.steps_run
+    pub.publish(command(3, dx=0.01, age_s=2.0))
+    assert spin_until(executor, lambda: sim.commands_refused_age == refused + 1), (
+        "a command on 2 s old frames was not refused for its age")
+    assert sim.steps_run == ran, "the arm took a command older than max_command_age_s"
+    assert spin_until(executor, lambda: seen["diagnostics"] and int(
+        seen["diagnostics"][-1]["commands_refused_age"]) == refused + 1), "no diagnostics"
+    counters = seen["diagnostics"][-1]
+    assert counters["commands_executed_past_age"] == "0"
+    assert 0.0 < float(counters["max_executed_age_ms"]) < 500.0
 
 
 def test_an_episode_ends_at_its_time_limit_and_the_next_starts(graph):

@@ -44,9 +44,17 @@ def _raw(start_s=100.0, end_s=120.0, rate_hz=10.0, rss_mib=(200, 210), **changes
            "policy_after": {"refused[stale command]": "5", "refused[waiting for input]": "1"},
            "processes": {"policy": [(start_s, 7, rss_mib[0] * MIB, 10.0),
                                     (end_s, 7, rss_mib[1] * MIB, 15.0)]},
-           "tracebacks": {"policy": 0, "sim": 0}, "events": []}
+           "tracebacks": {"policy": 0, "sim": 0}, "events": [],
+           "sim_before": _sim_counters(refused=4), "sim_after": _sim_counters(refused=6)}
     raw.update(changes)
     return raw
+
+
+def _sim_counters(refused=0, past=0, limit_s=0.5) -> dict:
+    """The sim node's /diagnostics command counters (strings, as received)."""
+    return {"steps_run": "100", "commands_ignored": "0", "commands_refused_age": str(refused),
+            "commands_executed_past_age": str(past), "max_executed_age_ms": "312.5",
+            "max_command_age_s": str(limit_s)}
 
 
 def test_process_figures_count_cpu_within_one_pid_and_restarts():
@@ -71,17 +79,20 @@ def test_window_figures_from_synthetic_records():
     assert w["command_rate_hz"] == pytest.approx(181 / 18.0)
     assert w["command_rate_wall_hz"] == pytest.approx(183 / 20.0)
     assert w["command_age_ms"]["p50"] == pytest.approx(150.0)
-    assert w["past_age_limit"] == 0
+    assert w["arrived_past_age_limit"] == 0
+    assert w["sim"] == {"refused_for_age": 2, "executed_past_age_limit": 0,
+                        "max_executed_age_ms": 312.5, "age_limit_s": 0.5}
     assert w["held_by_reason"] == {"stale command": 2, "waiting for input": 1}
     assert w["step_status"]["top"][0] == ["drafter N ms", 2]
     assert w["episodes"] == {"ended": 1, "successes": 1, "reasons": {"success": 1},
                              "commands": [150]}
     assert w["processes"]["policy"]["cpu_pct"] == pytest.approx(25.0)
-    # two commands 0.5 s old while B runs: executed past the limit; one in the pause is not
+    # two commands 0.5 s old while B runs arrived past the limit; one in the pause does not
     old = _raw()
     old["commands"] += [(115.0, 114.5), (116.0, 115.5), (111.5, 110.0)]
     w = sr.window_figures(old, age_limit_s=0.4)
-    assert w["past_age_limit"] == 2 and w["command_age_ms"]["max"] == pytest.approx(500.0)
+    assert w["arrived_past_age_limit"] == 2 and w["command_age_ms"]["max"] == pytest.approx(500.0)
+    assert sr.window_figures(_raw(sim_after={}), 0.4)["sim"] is None  # the sim said nothing
     # no status ever (the sim never said): the whole window counts as running
     none = sr.window_figures(_raw(carried=None, statuses=[]), age_limit_s=0.4)
     assert none["running_s"] == 20.0 and none["commands_while_running"] == 183
@@ -103,6 +114,7 @@ def test_verdict_fails_and_names_each_broken_goal():
                tracebacks={"policy": 1, "sim": 0}, events=["sim exited with code 1"])
     raw["commands"] = [(t, t - (0.5 if k % 50 == 0 else 0.15))  # 3 of 145 too old
                        for k, (t, _) in enumerate(raw["commands"])]
+    raw["sim_before"], raw["sim_after"] = _sim_counters(6), _sim_counters(7, past=3)
     last = sr.window_figures(raw, 0.4)
     verdict = sr.soak_verdict([first, last])
     assert not verdict["passed"]
@@ -111,12 +123,16 @@ def test_verdict_fails_and_names_each_broken_goal():
     assert "FAIL: command rate of the last window within 10% of the first" in text
     # 145 commands in 18 s of episodes vs 181; 240 vs 210 MiB
     assert "(-19.9%)" in text and "policy +14.3%" in text
-    assert "FAIL: 0 tracebacks: 1" in text and "3 (limit 0.4 s)" in text
+    assert "FAIL: 0 tracebacks: 1" in text
+    assert "FAIL: 0 commands executed past the age limit: 3 (the sim's count, limit 0.5 s" in text
     assert "sim exited with code 1" in text and text.endswith("soak FAILED")
     # a rate that cannot be known fails too; so does a soak without windows
     silent = sr.window_figures(_raw(commands=[]), 0.4)
     assert not sr.soak_verdict([silent, silent])["checks"][0]["ok"]
     assert not sr.soak_verdict([])["passed"]
+    # without the sim's counters (or with its check off) the age goal is unknown: it fails
+    blind = sr.window_figures(_raw(sim_after={}), 0.4)
+    assert not sr.soak_verdict([first, blind])["checks"][3]["ok"]
 
 
 def test_markdown_has_a_table_per_window():

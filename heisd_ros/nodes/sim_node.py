@@ -27,7 +27,12 @@ Usage::
     ros2 param set /sim_node seed 7 && ros2 service call /sim_node/reset std_srvs/srv/Trigger
 
 Interface:
-    ``/heisd/ee_command`` (heisd_ros/msg/EECommand, in): one control step per message.
+    ``/heisd/ee_command`` (heisd_ros/msg/EECommand, in): one control step per message. Real
+        time: a command on frames older than ``max_command_age_s`` when the arm would take
+        it is refused and the arm holds, as on the driver.
+    ``/diagnostics`` ("sim_node: commands", every second): steps run, commands ignored,
+        refused for their age, taken although older (0 while the check is on), the oldest
+        taken and the longest a command waited in this node before the arm took it (ms).
     ``/joint_states`` (sensor_msgs/JointState), ``/ee_pose`` (geometry_msgs/PoseStamped),
         as the driver publishes them: every ``state_period_s`` (lockstep: and after every
         step).
@@ -71,6 +76,7 @@ import queue
 import threading
 import time
 
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -86,13 +92,20 @@ from heisd_ros.nodes._params import dataclass_from_parameters
 from heisd_ros.nodes.image_conversion import rgb_to_image
 from heisd_ros.nodes.qos import STATUS_QOS
 from heisd_ros.nodes.robot_msgs import ee_command_from_msg, ee_pose_msg, joint_state_msg
-from heisd_ros.nodes.sim_params import SimNodeConfig, next_task, parameter_problem
+from heisd_ros.nodes.sim_params import (
+    SIM_DIAGNOSTICS,
+    SimNodeConfig,
+    next_task,
+    parameter_problem,
+)
 from heisd_ros.robot.controller import ControllerConfig, ControllerStatus, RobotController
 from heisd_ros.robot.gripper import GripperConfig, GripperStateMachine
 from heisd_ros.robot.safety import SafetyConfig, SafetyFilter
 from heisd_ros.sim.config import SimConfig
 from heisd_ros.sim.suites import get_task, list_suites, list_tasks
 
+#: How often the command counters go to /diagnostics, s.
+DIAGNOSTICS_PERIOD_S = 1.0
 THIRD_PERSON_TOPIC = "/camera/third_person/image_raw"
 WRIST_TOPIC = "/camera/wrist/image_raw"
 _CAMERAS = ("third_person", "wrist")  # in the order of the image publishers
@@ -145,6 +158,9 @@ class SimNode(Node):
         self.create_subscription(EECommandMsg, "/heisd/ee_command", self._on_command, 10,
                                  callback_group=self._group)
         self.create_service(Trigger, "~/reset", self._on_reset, callback_group=self._group)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics,
+                          callback_group=MutuallyExclusiveCallbackGroup())
         self.realtime = self.config.mode == "realtime"
         if not self.realtime:  # real time: the physics thread publishes the state
             self.create_timer(self.config.state_period_s, self._publish_state,
@@ -159,6 +175,13 @@ class SimNode(Node):
         self._auto_reset_at: float | None = None  # time.monotonic() of the automatic reset
         self.steps_run = 0
         self.commands_ignored = 0
+        #: Real time: commands refused for their age (``max_command_age_s``), commands the
+        #: arm took although older (0 while the check is on), the oldest one taken, ms.
+        self.commands_refused_age = 0
+        self.commands_executed_past_age = 0
+        self.max_executed_age_ms = 0.0
+        #: Real time: the longest a command waited between its arrival and the arm, ms.
+        self.max_command_wait_ms = 0.0
         #: Real time: frames published per camera, frames skipped because the thread was
         #: late, times the world was slowed (max_lag_s), and the wall time spent rendering
         #: and in physics, s.
@@ -197,7 +220,8 @@ class SimNode(Node):
 
     # ------------------------------------------------------------------ callbacks
     def _on_command(self, msg: EECommandMsg) -> None:
-        self._submit("command", msg)
+        # With the ROS clock at arrival: how late a refused command came is logged.
+        self._submit("command", (msg, self.get_clock().now().nanoseconds * 1e-9))
 
     def _on_reset(self, _request: Trigger.Request, response: Trigger.Response):
         done = self._submit("reset")
@@ -278,9 +302,9 @@ class SimNode(Node):
                 self._reset(auto=job.kind == "auto_reset")
                 self.config_error = ""
             elif self.realtime:
-                self._command_realtime(job.payload)
+                self._command_realtime(*job.payload, job.queued_s)
             else:
-                self._step(job.payload)
+                self._step(job.payload[0])
         except (ValueError, RuntimeError) as exc:  # bad task name, IK/scene errors
             job.error = self._failure(job.kind, exc)
             self.get_logger().error(job.error)
@@ -366,17 +390,33 @@ class SimNode(Node):
         elif now - self._episode_start >= status.max_steps / self._env.config.control_rate_hz:
             self._end_episode(False, "time_limit")
 
-    def _command_realtime(self, msg: EECommandMsg) -> None:
-        """Hand an accepted command to the arm's servos; physics runs on with the clock."""
+    def _command_realtime(self, msg: EECommandMsg, arrived_clock_s: float,
+                          queued_s: float) -> None:
+        """Hand an accepted command to the arm's servos; physics runs on with the clock.
+
+        Its age is taken here, on the MuJoCo thread, when the arm would take it: the time
+        it waited in the job queue counts.
+        """
         command = self._admit(msg)
         if command is None:
             return
-        result = self._controller.step(command, self._robot.now_s())
+        wait_ms = (time.monotonic() - queued_s) * 1e3
+        self.max_command_wait_ms = max(self.max_command_wait_ms, wait_ms)
+        clock_s = self.get_clock().now().nanoseconds * 1e-9
+        age_ms = (clock_s - command.stamp_s) * self.config.time_scale * 1e3   # world time
+        limit_ms = (self.config.max_command_age_s or math.inf) * 1e3
+        result = self._controller.step(command, self._robot.now_s(), clock_s)
         if result.rejected_reason:
-            self.get_logger().warning(f"command {command.step_index}: {result.rejected_reason}",
+            self.commands_refused_age += age_ms > limit_ms
+            arrived_ms = (arrived_clock_s - command.stamp_s) * self.config.time_scale * 1e3
+            self.get_logger().warning(f"command {command.step_index}: {result.rejected_reason} "
+                                      f"(arrived {arrived_ms:.0f} ms after its stamp, then "
+                                      f"waited {wait_ms:.0f} ms here)",
                                       throttle_duration_sec=2.0)
         if result.sent is None:
             return
+        self.commands_executed_past_age += age_ms > limit_ms
+        self.max_executed_age_ms = max(self.max_executed_age_ms, age_ms)
         self.steps_run += 1
         self._status.step += 1
         self._status.header.stamp = self.get_clock().now().to_msg()
@@ -465,9 +505,13 @@ class SimNode(Node):
         self._robot.reset_episode()
         self._robot.clear_estop()
         tracking = self.config.max_tracking_error_m or None
+        # Stamps are on the ROS (wall) clock; the limit is world time, as on the robot.
+        max_age = (self.config.max_command_age_s / self.config.time_scale
+                   if self.realtime and self.config.max_command_age_s else None)
         self._controller = RobotController(
             self._robot, SafetyFilter(self.safety_config),
-            GripperStateMachine(self.gripper_config), ControllerConfig(tracking))
+            GripperStateMachine(self.gripper_config),
+            ControllerConfig(tracking, max_command_age_s=max_age))
         self._controller.start(self._robot.now_s())
         previous = self._status
         self._status = EpisodeStatus(
@@ -543,6 +587,22 @@ class SimNode(Node):
             msg.header.stamp, msg.header.frame_id = stamp, self.config.frame_id
             pub.publish(msg)
 
+    def _publish_diagnostics(self) -> None:
+        """The command counters on /diagnostics ("sim_node: commands")."""
+        values = {"steps_run": self.steps_run, "commands_ignored": self.commands_ignored,
+                  "commands_refused_age": self.commands_refused_age,
+                  "commands_executed_past_age": self.commands_executed_past_age,
+                  "max_executed_age_ms": f"{self.max_executed_age_ms:.1f}",
+                  "max_command_wait_ms": f"{self.max_command_wait_ms:.1f}",
+                  "max_command_age_s": self.config.max_command_age_s if self.realtime else 0}
+        status = DiagnosticStatus(name=SIM_DIAGNOSTICS, hardware_id="mujoco",
+                                  level=DiagnosticStatus.OK, message=self._status.reason or "ok",
+                                  values=[KeyValue(key=k, value=str(v)) for k, v in
+                                          values.items()])
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._diag_pub.publish(msg)
+
     def _publish_all(self) -> None:
         # The state goes first, so a policy that steps on the frames has the matching state.
         stamp = self.get_clock().now().to_msg()
@@ -572,6 +632,7 @@ class _Job(threading.Event):
     def __init__(self, kind: str, payload=None) -> None:
         super().__init__()
         self.kind, self.payload, self.error = kind, payload, ""
+        self.queued_s = time.monotonic()
 
 
 def main(args: list[str] | None = None) -> None:

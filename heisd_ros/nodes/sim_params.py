@@ -14,6 +14,8 @@ from heisd_ros.nodes.robot_msgs import GRIPPER_JOINT_NAME, PIPER_JOINT_NAMES
 from heisd_ros.sim.modes import SIM_MODES
 from heisd_ros.sim.suites import list_suites, list_tasks
 
+#: The sim node's /diagnostics status with its command counters.
+SIM_DIAGNOSTICS = "sim_node: commands"
 
 @dataclass
 class SimNodeConfig:
@@ -39,6 +41,10 @@ class SimNodeConfig:
             camera frames again with a fresh stamp, s; 0 = never.
         max_tracking_error_m: controller FAULT distance between commanded and measured
             flange, m; 0 = off.
+        max_command_age_s: real time: refuse a command whose stamp (the frames it was decided
+            on) is older than this when the arm would take it, as the PIPER driver's
+            ``controller.max_command_age_s`` does (same default), world s (wall s times
+            ``time_scale``); 0 = off. Lockstep never checks: the world waits for the policy.
         frame_id: frame of /ee_pose and of the camera images' header.
         joint_names: names of the six arm joints in /joint_states.
         gripper_joint_name: name of the gripper opening (m) in /joint_states.
@@ -59,6 +65,7 @@ class SimNodeConfig:
     state_period_s: float = 0.1
     frame_republish_s: float = 2.0
     max_tracking_error_m: float = 0.10
+    max_command_age_s: float = 0.5
     frame_id: str = "base_link"
     joint_names: tuple[str, ...] = PIPER_JOINT_NAMES
     gripper_joint_name: str = GRIPPER_JOINT_NAME
@@ -76,7 +83,8 @@ class SimNodeConfig:
             raise ValueError(f"max_steps: expected >= 0, got {self.max_steps}")
         if not (math.isfinite(self.state_period_s) and self.state_period_s > 0):
             raise ValueError(f"state_period_s: expected > 0 s, got {self.state_period_s}")
-        for name in ("frame_republish_s", "max_tracking_error_m", "auto_reset_delay_s"):
+        for name in ("frame_republish_s", "max_tracking_error_m", "auto_reset_delay_s",
+                     "max_command_age_s"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
         if len(self.joint_names) != 6:

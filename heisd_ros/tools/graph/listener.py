@@ -31,6 +31,9 @@ CAMERAS = ("third_person", "wrist")
 POLICY_DIAGNOSTICS = "policy_node: policy"
 #: The driver's /diagnostics status with its command counters.
 DRIVER_DIAGNOSTICS = "piper_driver_node: controller"
+#: The sim node's (heisd_ros.nodes.sim_params.SIM_DIAGNOSTICS, spelled here so that this
+#: module imports nothing of the nodes).
+SIM_DIAGNOSTICS = "sim_node: commands"
 #: HybridStep stage fields (ms) kept per step.
 STAGES = ("vision_ms", "retrieval_ms", "prefill_ms", "draft_ms", "verify_ms", "overhead_ms",
           "total_ms")

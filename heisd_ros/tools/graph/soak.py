@@ -9,10 +9,11 @@ Figures per window and their sources:
 - commands: EECommand arrivals at this listener; the rate over the window's running time of
   episodes (the auto-reset pauses excluded, as in sim-graph) and over the whole window.
 - command age (arrival here - header.stamp) p50/p99/max of the commands that arrived while
-  an episode ran, and how many of them were older than the policy's ``max_command_age_s``:
-  the sim's controller has no age check (it executes each command it admits while an
-  episode runs), so these count as executed past the limit. The policy holds older ones
-  itself ("stale command", in held by reason).
+  an episode ran, and how many of them were older than the policy's ``max_command_age_s``
+  (the policy holds older ones itself: "stale command", in held by reason).
+- commands executed past the age limit, and refused for it: the sim node's own counters on
+  /diagnostics ("sim_node: commands"). Like the driver, the sim refuses a command on frames
+  older than its ``max_command_age_s`` when the arm would take it.
 - held steps by reason: change of the policy's /diagnostics ``refused[<kind>]`` counters over
   the window; the most common HybridStep status texts (digits as ``N``).
 - episodes ended and successes: /heisd/episode_status done statuses of the window.
@@ -45,7 +46,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from heisd_ros.tools.graph.listener import POLICY_DIAGNOSTICS, GraphListener
+from heisd_ros.tools.graph.listener import POLICY_DIAGNOSTICS, SIM_DIAGNOSTICS, GraphListener
 from heisd_ros.tools.graph.phases import CHILD_NAMES, sim_phase_params
 from heisd_ros.tools.graph.processes import (
     NodeProcesses,
@@ -152,6 +153,7 @@ def record_windows(children: NodeProcesses, listener: GraphListener, duration_s:
     statuses = drain(listener.statuses)
     carried = statuses[-1] if statuses else None
     before = listener.diagnostics_of(POLICY_DIAGNOSTICS)
+    sim_before = listener.diagnostics_of(SIM_DIAGNOSTICS)
     # A bar line every 2 s at most: an hour's progress in a log stays small.
     with tqdm(total=round(duration_s), unit="s", desc="soak", file=sys.stderr,
               mininterval=2.0) as bar:
@@ -179,6 +181,8 @@ def record_windows(children: NodeProcesses, listener: GraphListener, duration_s:
                 "step_statuses": [s.status for s in drain(listener.steps)],
                 "policy_before": before,
                 "policy_after": (after := listener.diagnostics_of(POLICY_DIAGNOSTICS)),
+                "sim_before": sim_before,
+                "sim_after": (sim_after := listener.diagnostics_of(SIM_DIAGNOSTICS)),
                 "processes": samples, "tracebacks": scanner.count("Traceback"),
                 "events": events}
             figures = window_figures(raw, age_limit_s)
@@ -186,7 +190,7 @@ def record_windows(children: NodeProcesses, listener: GraphListener, duration_s:
             bar.set_postfix_str(f"window {k + 1}/{n_windows}: "
                                 f"{figures['commands']} commands, "
                                 f"{figures['episodes']['ended']} episodes")
-            t0, before = t1, after
+            t0, before, sim_before = t1, after, sim_after
             carried = statuses[-1] if statuses else carried
             if exited:
                 break

@@ -61,9 +61,12 @@ def window_figures(raw: dict, age_limit_s: float) -> dict:
             ``step_statuses``: HybridStep status texts; ``policy_before``/``policy_after``:
             the policy's /diagnostics values at the window's start and end; ``processes``:
             per process the samples of :func:`process_figures`; ``tracebacks``: per log the
-            "Traceback" lines written in the window; ``events``: exits and restarts seen.
-        age_limit_s: commands older than this arriving while an episode runs count as
-            executed past the limit (the sim executes what it gets while an episode runs).
+            "Traceback" lines written in the window; ``events``: exits and restarts seen;
+            ``sim_before``/``sim_after``: the sim node's /diagnostics command counters
+            ("sim_node: commands") at the window's start and end ({} when none came).
+        age_limit_s: the policy's ``max_command_age_s``: commands older than this arriving
+            here while an episode runs are counted (``arrived_past_age_limit``); whether
+            the arm took them is the sim's count (``sim``).
     """
     t0, t1 = raw["start_s"], raw["end_s"]
     own = list(raw["statuses"])
@@ -83,13 +86,32 @@ def window_figures(raw: dict, age_limit_s: float) -> dict:
         "command_rate_wall_hz": len(commands) / (t1 - t0) if t1 > t0 else None,
         "command_age_ms": age and {k: age[k] for k in ("p50", "p99", "max")},
         "age_limit_s": age_limit_s,
-        "past_age_limit": sum(a > age_limit_s * 1e3 for a in ages_ms),
+        "arrived_past_age_limit": sum(a > age_limit_s * 1e3 for a in ages_ms),
+        "sim": sim_age_figures(raw.get("sim_before") or {}, raw.get("sim_after") or {}),
         "held_by_reason": held_by_reason(raw["policy_before"], raw["policy_after"]),
         "step_status": status_counts(raw["step_statuses"]),
         "episodes": episodes_ended(own, -math.inf, math.inf),
         "processes": {k: v for k, v in processes.items() if v is not None},
         "tracebacks": dict(raw["tracebacks"]), "events": list(raw["events"]),
     }
+
+
+def sim_age_figures(before: dict, after: dict) -> dict | None:
+    """The sim's own counts over a window; None when the sim sent no counters.
+
+    Commands refused for their age, commands taken although older than the sim's limit, the
+    oldest taken (ms, since the sim started) and the limit (world s; 0: off).
+    """
+    if "commands_executed_past_age" not in after:
+        return None
+
+    def delta(key: str) -> int:
+        return int(after[key]) - int(before.get(key, 0))
+
+    return {"refused_for_age": delta("commands_refused_age"),
+            "executed_past_age_limit": delta("commands_executed_past_age"),
+            "max_executed_age_ms": float(after["max_executed_age_ms"]),
+            "age_limit_s": float(after["max_command_age_s"])}
 
 
 def _check(goal: str, ok: bool | None, detail: str) -> dict:
@@ -131,9 +153,15 @@ def soak_verdict(windows: Sequence[dict], rate_tolerance: float = RATE_TOLERANCE
         ", ".join(f"{k} {v:+.1%}" for k, v in sorted(growth.items())) or "no RSS samples"))
     tracebacks = sum(n for w in windows for n in w["tracebacks"].values())
     checks.append(_check("0 tracebacks", tracebacks == 0, f"{tracebacks}"))
-    past = sum(w["past_age_limit"] for w in windows)
-    checks.append(_check("0 commands executed past the age limit", past == 0,
-                         f"{past} (limit {first['age_limit_s']:g} s)"))
+    sims = [w["sim"] for w in windows]
+    known_sim = all(x is not None and x["age_limit_s"] > 0 for x in sims)
+    past = sum(x["executed_past_age_limit"] for x in sims) if known_sim else None
+    checks.append(_check(
+        "0 commands executed past the age limit", past == 0 if known_sim else None,
+        f"{past} (the sim's count, limit {sims[0]['age_limit_s']:g} s; refused for their "
+        f"age {sum(x['refused_for_age'] for x in sims)}; arrived here older than the "
+        f"policy's {first['age_limit_s']:g} s: {sum(w['arrived_past_age_limit'] for w in windows)})"
+        if known_sim else "the sim sent no age counters, or its age check is off"))
     events = [e for w in windows for e in w["events"]]
     restarts = sum(p["restarts"] for w in windows for p in w["processes"].values())
     checks.append(_check("no process exited or restarted", not events and not restarts,
@@ -166,7 +194,11 @@ def window_table(index: int, w: dict, t_first_s: float) -> list[str]:
              f"{_f(w['command_rate_hz'], '.2f')} / {_f(w['command_rate_wall_hz'], '.2f')}"),
             ("cmd age p50 / p99 / max ms", f"{_f(age.get('p50'), '.0f')} / "
              f"{_f(age.get('p99'), '.0f')} / {_f(age.get('max'), '.0f')}"),
-            (f"executed past the age limit ({w['age_limit_s']:g} s)", str(w["past_age_limit"])),
+            ("executed past / refused for the age limit (sim's count, limit s)",
+             f"{w['sim']['executed_past_age_limit']} / {w['sim']['refused_for_age']} "
+             f"({w['sim']['age_limit_s']:g})" if w["sim"] else "unknown"),
+            (f"arrived here older than the policy's {w['age_limit_s']:g} s",
+             str(w["arrived_past_age_limit"])),
             ("held by reason (policy refused[...])", _held(w)),
             ("HybridStep status (top)", statuses or "none"),
             ("episodes ok / ended", f"{ep['successes']} / {ep['ended']}"),
