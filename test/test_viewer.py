@@ -84,3 +84,14 @@ def test_without_rerun_one_line_says_how_to_install_it(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "pip install 'rerun-sdk==0.41.0'" in err and not (tmp_path / "x.rrd").exists()
+
+
+def test_eval_view_without_rerun_stops_before_any_episode(tmp_path, monkeypatch, capsys):
+    from heisd_ros.tools import eval as eval_tool
+
+    monkeypatch.setitem(sys.modules, "rerun", None)
+    assert eval_tool.main(["--suites", "piper_goal", "--episodes", "1",
+                           "--view", str(tmp_path / "view")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("heisd-eval: --view: ") and "rerun-sdk==0.41.0" in err
+    assert not (tmp_path / "view").exists()

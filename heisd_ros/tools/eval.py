@@ -561,6 +561,14 @@ def main(argv: list[str] | None = None) -> int:
         print("heisd-eval: --suites is required (or --curve / --sweep RUN_JSON ...)",
               file=sys.stderr)
         return 2
+    if args.view:   # before any episode, not after the first one
+        from heisd_ros.viewer import RerunMissing, require_rerun
+
+        try:
+            require_rerun()
+        except RerunMissing as err:
+            print(f"heisd-eval: --view: {err}", file=sys.stderr)
+            return 2
     from heisd_ros.eval import report
     from heisd_ros.eval.closed_loop import table_rows, write_eval_report
     from heisd_ros.eval.job_results import JobResults
