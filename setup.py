@@ -15,7 +15,7 @@ EXTRAS = {
     "robot": ["piper-sdk>=0.6.2", "python-can>=4.4"],
     "data": ["rosbags>=0.10"],
     "report": ["matplotlib>=3.8"],
-    "view": ["rerun-sdk==0.41.0"],
+    "view": ["rerun-sdk==0.41.0; python_version >= '3.11'"],
     "test": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "ruff>=0.6",
              "yourdfpy>=0.0.56", "playwright>=1.50"],
 }

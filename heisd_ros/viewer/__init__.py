@@ -20,6 +20,6 @@ def require_rerun():
         import rerun
     except ImportError as err:
         raise RerunMissing(
-            f"the viewer needs the Rerun SDK: pip install '{RERUN_REQUIREMENT}' "
-            f"(or pip install -e '.[view]', or make setup)") from err
+            f"the viewer needs the Rerun SDK (Python 3.11 or newer): pip install "
+            f"'{RERUN_REQUIREMENT}' (or pip install -e '.[view]', or make setup)") from err
     return rerun
