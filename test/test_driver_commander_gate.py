@@ -37,7 +37,24 @@ def test_the_commander_binds_by_gid_and_every_other_publisher_is_refused_and_cou
     assert json.loads(gate.values()["refused_publishers"]) == {"/spoofer": 3}
     assert "/spoofer" in gate.warning(1.0) and gate.warning(100.0) == ""
     # A publisher the graph does not know yet cannot be the commander.
-    assert gate.admit(b"x" * 16, graph(POLICY), 0.2).sender == UNKNOWN
+    unknown = gate.admit(b"x" * 16, graph(POLICY), 0.2)
+    assert unknown.pending and unknown.sender == UNKNOWN and not unknown.accepted
+    assert gate.refused == {"/spoofer": 3}  # a pending message is not counted
+
+
+def test_a_publisher_the_graph_does_not_name_yet_is_pending_until_named_or_expired():
+    gate = CommanderGate("/policy_node")
+    nameless = Endpoint("_NODE_NAMESPACE_UNKNOWN_/_NODE_NAME_UNKNOWN_", POLICY.gid)
+    for endpoints in ((), (nameless,)):   # not listed yet, listed without its node
+        verdict = gate.admit(POLICY.gid, graph(*endpoints), 0.0)
+        assert verdict.pending and not verdict.accepted and gate.bound_gid is None
+    assert gate.refused == {}
+    # Once the graph names it, the same message binds the commander.
+    assert gate.admit(POLICY.gid, graph(POLICY), 0.1).bound
+    # One never named is refused as UNKNOWN when its time is up, counted and reported once.
+    expired = gate.expire(2.0)
+    assert not expired.accepted and expired.first and gate.refused == {UNKNOWN: 1}
+    assert "did not name its publisher within 1 s" in expired.reason
 
 
 def test_a_second_publisher_of_the_commander_name_is_refused_until_the_first_is_gone():

@@ -9,7 +9,12 @@ The ROS side of the one-commander rule; the rule itself is :class:`CommanderGate
   every ``COMMANDER_CHECK_PERIOD_S``, so a commander whose publisher left holds the arm at once;
 - ``~/claim_control`` and ``~/release_control`` (heisd_ros/srv/ClaimControl);
 - the log lines: a bound or lost commander, a hand-over, the first refusal per sending node,
-  and once per node a missing publisher GID.
+  and once per node a missing publisher GID;
+- messages whose publisher the ROS graph does not name yet (a ``pending`` verdict): kept per
+  publisher in arrival order (at most the QoS depth) and decided again at every message and
+  every check, refused after ``ATTRIBUTION_TIMEOUT_S``, so a new commander's first command
+  waits for discovery instead of being refused; other publishers' messages do not wait on
+  them. The core's age check still applies to them.
 
 Accepted commands go to :meth:`DriverCore.command`; refused ones are counted in the
 :class:`DriverReport` (``foreign``) and per sender in the gate (the diagnostics read both).
@@ -18,6 +23,7 @@ Accepted commands go to :meth:`DriverCore.command`; refused ones are counted in 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 from rclpy.callback_groups import CallbackGroup
@@ -53,6 +59,9 @@ COMMAND_QOS = QoSProfile(
 )
 #: How often the commander's publisher is looked for in the ROS graph, s (a lost one: hold).
 COMMANDER_CHECK_PERIOD_S = 0.1
+#: Publishers whose messages may wait for the graph to name them at once; a further one
+#: refuses the oldest's waiting messages.
+MAX_PENDING_PUBLISHERS = 16
 
 
 class CommandInput:
@@ -71,6 +80,7 @@ class CommandInput:
         *,
         callback_group: CallbackGroup,
         monotonic_s: Callable[[], float] = time.monotonic,
+        publishers: Callable[[], list[Endpoint]] | None = None,
     ) -> None:
         """Subscribe to the command topic; create the services and the commander check.
 
@@ -81,15 +91,21 @@ class CommandInput:
             core: executes accepted commands, refuses malformed ones, holds the arm.
             report: counts received and foreign commands.
             callback_group: the controller's group.
-            monotonic_s: monotonic clock, s (how recent the last refusal is).
+            monotonic_s: monotonic clock, s (how recent the last refusal is, how long a
+                message waited for discovery).
+            publishers: the command topic's publishers now (default: from ``node``'s graph).
         """
         self._node = node
         self._gate = gate
         self._core = core
         self._report = report
         self._monotonic_s = monotonic_s
+        self._publishers = publishers or self._command_publishers
         self._log = node.get_logger()
         self._gid_missing_logged = False
+        #: Per publisher GID, (message, first seen s) of the messages waiting for the graph to
+        #: name their sender, in arrival order; other publishers' messages do not wait on them.
+        self._pending: dict[bytes | None, deque[tuple[EECommandMsg, float]]] = {}
         with_gid = message_info_available()
         self.subscription = node.create_subscription(
             EECommandMsg,
@@ -122,7 +138,40 @@ class CommandInput:
                 f"{self._gate.commander} is the only node publishing on "
                 f"{self.subscription.topic_name}"
             )
-        verdict = self._gate.admit(gid, self._command_publishers, self._monotonic_s())
+        waiting = self._pending.get(gid)
+        if waiting is not None:   # behind this publisher's earlier messages
+            waiting.append((msg, self._monotonic_s()))
+            self._decide_pending()
+            return
+        verdict = self._gate.admit(gid, self._publishers, self._monotonic_s())
+        if not verdict.pending:
+            self._act(msg, verdict)
+            return
+        if len(self._pending) >= MAX_PENDING_PUBLISHERS:   # many new publishers at once
+            oldest = next(iter(self._pending))
+            for old, _ in self._pending.pop(oldest):
+                self._act(old, self._gate.expire(self._monotonic_s()))
+        self._pending[gid] = deque([(msg, self._monotonic_s())], maxlen=COMMAND_QOS.depth)
+
+    def _decide_pending(self) -> None:
+        """Decide each publisher's waiting messages in order, up to one still pending."""
+        for gid in list(self._pending):
+            waiting = self._pending[gid]
+            while waiting:
+                msg, seen_s = waiting[0]
+                now_s = self._monotonic_s()
+                verdict = self._gate.admit(gid, self._publishers, now_s)
+                if verdict.pending:
+                    if now_s - seen_s < commander.ATTRIBUTION_TIMEOUT_S:
+                        break
+                    verdict = self._gate.expire(now_s)
+                waiting.popleft()
+                self._act(msg, verdict)
+            if not waiting:
+                del self._pending[gid]
+
+    def _act(self, msg: EECommandMsg, verdict) -> None:
+        """Execute an accepted message, count and report a refused one."""
         if verdict.bound:
             self._log.info(f"commander: {self._gate.event}")
         if not verdict.accepted:
@@ -150,9 +199,10 @@ class CommandInput:
         ]
 
     def _check_commander(self) -> None:
+        self._decide_pending()
         if self._gate.bound_gid is None:
             return  # nothing bound, nothing to lose (and no graph query)
-        if self._gate.check(self._command_publishers()):
+        if self._gate.check(self._publishers()):
             self._log.warning(f"commander: {self._gate.event}")
             self._core.hold(f"{self._gate.commander} is gone")
 

@@ -10,6 +10,11 @@ namespace, i.e. the launch's ``/policy_node``). :class:`CommanderGate` decides p
   on), counted per sending node and reported once per node (``first``).
 - A second publisher of the commander node (a duplicate node name) is refused while the bound
   one is still in the ROS graph.
+- A publisher the ROS graph does not name yet (just discovered: its GID is not listed, or
+  listed under rmw's ``_NODE_NAME_UNKNOWN_``) is neither accepted nor refused: the verdict is
+  ``pending`` and the node asks again (every message and every check) for up to
+  :data:`ATTRIBUTION_TIMEOUT_S`, then :meth:`CommanderGate.expire` refuses it as ``UNKNOWN``.
+  A commander's first command therefore waits for discovery instead of being refused.
 - When the bound publisher leaves the graph (:meth:`CommanderGate.check`: its process ended or
   it destroyed the publisher) the gate unbinds and the driver holds the arm at once; the next
   publisher of the commander node (a restarted policy) binds again.
@@ -46,6 +51,13 @@ UNKNOWN = "<not in the ROS graph>"
 UNATTRIBUTED = "<unattributed>"
 #: A refusal keeps the controller diagnostic at WARN for this long, s.
 REFUSAL_REPORT_S = 5.0
+#: The name the ROS graph gives a publisher whose node it has not learned yet
+#: (rmw's ``_NODE_NAMESPACE_UNKNOWN_/_NODE_NAME_UNKNOWN_``), as a fragment.
+GRAPH_UNKNOWN_NAME = "_NODE_NAME_UNKNOWN_"
+#: How long a message may wait for the ROS graph to name its publisher before it is refused
+#: as UNKNOWN, s: discovery names a new publisher within milliseconds on an idle computer,
+#: within some 100 ms on a loaded one.
+ATTRIBUTION_TIMEOUT_S = 1.0
 _NODE_NAME = re.compile(r"^/?(?:[A-Za-z_][A-Za-z0-9_]*/)*[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -114,6 +126,7 @@ class Verdict:
         reason: why it was refused ("" when accepted).
         first: the first refusal of this sender (log it once).
         bound: this message bound the gate to the sender's publisher.
+        pending: the ROS graph does not name the sender yet: ask again (not counted).
     """
 
     accepted: bool
@@ -121,6 +134,7 @@ class Verdict:
     reason: str = ""
     first: bool = False
     bound: bool = False
+    pending: bool = False
 
 
 @dataclass
@@ -166,6 +180,9 @@ class CommanderGate:
         if gid is None:
             return self._admit_unattributed(endpoints, now_s)
         sender = next((e.node for e in endpoints if e.gid == gid), UNKNOWN)
+        if sender == UNKNOWN or GRAPH_UNKNOWN_NAME in sender:
+            return Verdict(False, UNKNOWN, "the ROS graph does not name its publisher yet",
+                           pending=True)
         if sender != self.commander:
             return self._refuse(sender, f"{sender} is not the commander ({self.commander})", now_s)
         if self.bound_gid is not None and any(e.gid == self.bound_gid for e in endpoints):
@@ -178,6 +195,11 @@ class CommanderGate:
         self.bound_gid = gid
         self.event = f"bound to {sender}'s publisher {gid.hex()}"
         return Verdict(True, sender, bound=True)
+
+    def expire(self, now_s: float) -> Verdict:
+        """Refuse a pending message whose publisher the graph never named in time."""
+        return self._refuse(UNKNOWN, f"the ROS graph did not name its publisher within "
+                                     f"{ATTRIBUTION_TIMEOUT_S:g} s", now_s)
 
     def _admit_unattributed(self, endpoints: Sequence[Endpoint], now_s: float) -> Verdict:
         ours = [e for e in endpoints if e.node == self.commander]
