@@ -16,16 +16,14 @@ from collections import deque
 
 import numpy as np
 
+from heisd_ros.nodes.robot_msgs import stamp_to_seconds
 from heisd_ros.viewer.episode_log import EpisodeLog
+from heisd_ros.viewer.sources import message_fields
 
 #: Frames and commands kept per stream to pair with a step by header stamp.
 PAIR_WINDOW = 30
 #: A frame and a step further apart in header stamp than this are not one step, s.
 PAIR_SKEW_S = 1e-3
-
-
-def _stamp_s(header) -> float:
-    return header.stamp.sec + header.stamp.nanosec * 1e-9
 
 
 class LiveView:
@@ -53,7 +51,7 @@ class LiveView:
             if kind == "step":   # with the joint state current when it arrived
                 self._steps.append((msg, self._state))
             elif kind == "command":
-                self._commands.append((_stamp_s(msg.header), arrival_s))
+                self._commands.append((stamp_to_seconds(msg.header.stamp), arrival_s))
             elif kind == "state":
                 self._state = msg
             elif kind in self._frames:
@@ -92,7 +90,7 @@ class LiveView:
 
         joints = deserialize_message(state, JointState)
         arm, gripper = joint_values(list(joints.name), list(joints.position), self.gripper_joint)
-        stamp = _stamp_s(msg.header)
+        stamp = stamp_to_seconds(msg.header.stamp)
         images = []
         for camera in ("third_person", "wrist"):
             near = [d for s, d in frames[camera] if abs(s - stamp) <= PAIR_SKEW_S]
@@ -104,18 +102,6 @@ class LiveView:
         ages = [(arrival - s) * 1e3 for s, arrival in commands if abs(s - stamp) <= PAIR_SKEW_S]
         self.log.step(stamp, joints_rad=arm, gripper_m=gripper,
                       ee_position_m=self._fk.fk(np.asarray(arm))[:3, 3],
-                      fields=message_fields_of_ros(msg), images=tuple(images),
+                      fields=message_fields(msg), images=tuple(images),
                       command_age_ms=ages[0] if ages else None)
-
-
-def message_fields_of_ros(msg) -> dict:
-    """A received (rclpy) HybridStep's fields as plain values (no header, index or task)."""
-    out = {}
-    for name in msg.get_fields_and_field_types():
-        if name in ("header", "step_index", "task"):
-            continue
-        value = getattr(msg, name)
-        out[name] = list(value) if not isinstance(value, (str, bytes, int, float, bool)) \
-            else value
-    return out
 

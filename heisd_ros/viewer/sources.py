@@ -14,6 +14,7 @@ time a command's age is the world time from its frames to its landing.
 
 from __future__ import annotations
 
+import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,13 +52,23 @@ def record_steps(record: EpisodeRecord, fields: Sequence[dict | None] | None = N
 
 
 def message_fields(msg) -> dict:
-    """A HybridStep message's fields as plain values (no header, index or task)."""
+    """A HybridStep message's fields as plain values (no header, index or task).
+
+    ``msg``: one read from a bag (a rosbags dataclass) or received by rclpy (its arrays come
+    as ``array.array`` or numpy arrays).
+    """
+    names = (msg.get_fields_and_field_types() if hasattr(msg, "get_fields_and_field_types")
+             else msg.__dataclass_fields__)
     out = {}
-    for name in msg.__dataclass_fields__:
-        if name in ("header", "step_index", "task") or name.startswith("__"):
+    for name in names:
+        if name in ("header", "step_index", "task"):
             continue
         value = getattr(msg, name)
-        out[name] = value.tolist() if isinstance(value, np.ndarray) else value
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        elif isinstance(value, (array.array, bytes, list, tuple)):
+            value = list(value)
+        out[name] = value
     return out
 
 
