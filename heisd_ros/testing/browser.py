@@ -1,6 +1,7 @@
 """A page as a person sees it: headless Chromium (Debian's) driven by Playwright, screenshots.
 
-Used by the web viewer's browser test and ``scripts/viewer_screenshot.py``. Chromium renders
+Used by the web viewer's browser test and ``scripts/viewer_screenshot.py``, which serve a bag
+with :func:`served_bag` and look at it with :func:`screenshot_when`. Chromium renders
 WebGL with SwiftShader (software), which is what makes Rerun's web viewer draw on a machine
 without a GPU. The flags keep Chromium off the network (this machine's is closed) and out of
 a sandbox it cannot have as root.
@@ -9,12 +10,20 @@ a sandbox it cannot have as root.
 from __future__ import annotations
 
 import shutil
+import socket
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+#: The part of the window ``heisd-view``'s 3-D view takes (heisd_ros.viewer.episode_log's
+#: blueprint: the left 3/5, below the top bar, above the time panel), as :func:`colour_pixels`'
+#: box; the cameras' own colours stay out of it.
+VIEWER_3D_BOX = (0.0, 0.06, 0.58, 0.94)
 CHROMIUM_ARGS = ("--no-sandbox", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--use-angle=swiftshader", "--enable-unsafe-swiftshader",
@@ -72,3 +81,35 @@ def screenshot_when(url: str, out: str | Path, ready: Callable[[Path], bool],
                 page.wait_for_timeout(poll_s * 1e3)
         finally:
             browser.close()
+
+
+def free_port() -> int:
+    """A TCP port free on localhost now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def served_bag(bag: str | Path, log: Path, serve_s: float = 300.0, env: dict | None = None,
+               ready_timeout_s: float = 120.0) -> Iterator[str]:
+    """``heisd-view bag BAG --web`` on free ports; yields the web viewer's address.
+
+    Its output goes to ``log``; RuntimeError (with that output) when it exits or prints no
+    address within ``ready_timeout_s``. Stopped on leaving the block.
+    """
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "heisd_ros.tools.view", "bag", str(bag), "--web",
+             "--web-port", str(free_port()), "--grpc-port", str(free_port()),
+             "--serve-s", str(serve_s)], stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + ready_timeout_s
+        while "web viewer at" not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"heisd-view served no web viewer:\n{log.read_text()}")
+            time.sleep(0.2)   # polling a child's log file
+        yield log.read_text().split("web viewer at ")[1].split()[0]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
