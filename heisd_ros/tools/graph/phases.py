@@ -250,14 +250,29 @@ def sim_phase_params(method: str, args, tmp: Path) -> dict[str, Path]:
             for spec in nodes_for(sim=True)}
 
 
+def start_sim_graph(children: NodeProcesses, files: dict, listener: GraphListener,
+                    timeout_s: float) -> str:
+    """Start the sim graph's nodes and wait for the first command; "" or what went wrong."""
+    from heisd_ros.nodes.graph import nodes_for
+
+    for spec in reversed(nodes_for(sim=True)):  # the sim first: its first reset is slow
+        children.start(CHILD_NAMES[spec.name], spec.module, files[spec.name])
+    deadline = time.monotonic() + timeout_s
+    while not listener.commands:
+        if children.died():
+            return f"before the first command: {children.died()}"
+        if time.monotonic() > deadline:
+            return f"no command within {timeout_s:g} s"
+        time.sleep(0.1)   # polling the children and the listener, spun on its own thread
+    return ""
+
+
 def run_sim_phase(method: str, args, tmp: Path, env: dict, context) -> dict:
     """One method: start the graph, wait for its first command, measure, stop; the raw data.
 
     Returns ``{"method", "error", "logs", ...}``; without an error also ``raw`` (for
     :func:`.sim_report.method_report`) and ``ready_after_s``.
     """
-    from heisd_ros.nodes.graph import nodes_for
-
     phase_dir = tmp / method
     phase_dir.mkdir(parents=True, exist_ok=True)
     files = sim_phase_params(method, args, phase_dir)
@@ -272,18 +287,11 @@ def run_sim_phase(method: str, args, tmp: Path, env: dict, context) -> dict:
         # Spun on its own thread: this one only watches the children and the clock.
         listener = GraphListener.on_own_thread(context, f"sim_graph_{method}", cameras=True,
                                                robot_state=True, episodes=True)
-        for spec in reversed(nodes_for(sim=True)):  # the sim first: its first reset is slow
-            children.start(CHILD_NAMES[spec.name], spec.module, files[spec.name])
-        result["logs"] = {k: str(v) for k, v in children.logs.items()}
         started = time.monotonic()
-        while not listener.commands:
-            if children.died():
-                result["error"] = f"before the first command: {children.died()}"
-                return result
-            if time.monotonic() - started > args.ready_timeout_s:
-                result["error"] = f"no command within {args.ready_timeout_s:g} s"
-                return result
-            time.sleep(0.1)
+        result["error"] = start_sim_graph(children, files, listener, args.ready_timeout_s) or None
+        result["logs"] = {k: str(v) for k, v in children.logs.items()}
+        if result["error"]:
+            return result
         result["ready_after_s"] = time.monotonic() - started
         ready_wall = time.time()
         deadline = time.monotonic() + 3.0  # a policy diagnostics sample from after the start

@@ -47,7 +47,7 @@ from collections import deque
 from pathlib import Path
 
 from heisd_ros.tools.graph.listener import POLICY_DIAGNOSTICS, SIM_DIAGNOSTICS, GraphListener
-from heisd_ros.tools.graph.phases import CHILD_NAMES, sim_phase_params
+from heisd_ros.tools.graph.phases import sim_phase_params, start_sim_graph
 from heisd_ros.tools.graph.processes import (
     NodeProcesses,
     dds_domain_id,
@@ -113,23 +113,6 @@ def check_args(args) -> tuple[str, float, float]:
 def drain(records: deque) -> list:
     """Take the records that arrived so far out of a listener list (appends go on)."""
     return [records.popleft() for _ in range(len(records))]
-
-
-def start_graph(children: NodeProcesses, files: dict, listener: GraphListener,
-                timeout_s: float) -> str:
-    """Start the sim graph's nodes and wait for the first command; "" or what went wrong."""
-    from heisd_ros.nodes.graph import nodes_for
-
-    for spec in reversed(nodes_for(sim=True)):  # the sim first: its first reset is slow
-        children.start(CHILD_NAMES[spec.name], spec.module, files[spec.name])
-    deadline = time.monotonic() + timeout_s
-    while not listener.commands:
-        if children.died():
-            return f"before the first command: {children.died()}"
-        if time.monotonic() > deadline:
-            return f"no command within {timeout_s:g} s"
-        time.sleep(0.1)
-    return ""
 
 
 def record_windows(children: NodeProcesses, listener: GraphListener, duration_s: float,
@@ -235,7 +218,7 @@ def run(args) -> int:
         listener = GraphListener.on_own_thread(context, "heisd_soak", episodes=True,
                                                keep=LISTENER_KEEP)
         try:
-            error = start_graph(children, files, listener, args.ready_timeout_s)
+            error = start_sim_graph(children, files, listener, args.ready_timeout_s)
             if not error:
                 print(f"[soak] first command; {duration_s / 60:.3g} min in windows of "
                       f"{window_s / 60:.3g} min", flush=True)

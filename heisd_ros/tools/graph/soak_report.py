@@ -13,7 +13,12 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from heisd_ros.tools.graph.figures import held_by_reason, status_counts, summary
+from heisd_ros.tools.graph.figures import (
+    counter_deltas,
+    held_by_reason,
+    status_counts,
+    summary,
+)
 from heisd_ros.tools.graph.sim_report import clip_intervals, episodes_ended, running_intervals
 
 #: The last window's command rate lies within this (relative) of the first window's.
@@ -104,12 +109,9 @@ def sim_age_figures(before: dict, after: dict) -> dict | None:
     """
     if "commands_executed_past_age" not in after:
         return None
-
-    def delta(key: str) -> int:
-        return int(after[key]) - int(before.get(key, 0))
-
-    return {"refused_for_age": delta("commands_refused_age"),
-            "executed_past_age_limit": delta("commands_executed_past_age"),
+    delta = counter_deltas(before, after, "commands_")
+    return {"refused_for_age": delta["commands_refused_age"],
+            "executed_past_age_limit": delta["commands_executed_past_age"],
             "max_executed_age_ms": float(after["max_executed_age_ms"]),
             "age_limit_s": float(after["max_command_age_s"])}
 
