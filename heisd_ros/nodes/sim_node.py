@@ -302,7 +302,7 @@ class SimNode(Node):
                 self._reset(auto=job.kind == "auto_reset")
                 self.config_error = ""
             elif self.realtime:
-                self._command_realtime(*job.payload, job.queued_s)
+                self._command_realtime(*job.payload)
             else:
                 self._step(job.payload[0])
         except (ValueError, RuntimeError) as exc:  # bad task name, IK/scene errors
@@ -390,8 +390,7 @@ class SimNode(Node):
         elif now - self._episode_start >= status.max_steps / self._env.config.control_rate_hz:
             self._end_episode(False, "time_limit")
 
-    def _command_realtime(self, msg: EECommandMsg, arrived_clock_s: float,
-                          queued_s: float) -> None:
+    def _command_realtime(self, msg: EECommandMsg, arrived_clock_s: float) -> None:
         """Hand an accepted command to the arm's servos; physics runs on with the clock.
 
         Its age is taken here, on the MuJoCo thread, when the arm would take it: the time
@@ -400,9 +399,9 @@ class SimNode(Node):
         command = self._admit(msg)
         if command is None:
             return
-        wait_ms = (time.monotonic() - queued_s) * 1e3
-        self.max_command_wait_ms = max(self.max_command_wait_ms, wait_ms)
         clock_s = self.get_clock().now().nanoseconds * 1e-9
+        wait_ms = (clock_s - arrived_clock_s) * 1e3
+        self.max_command_wait_ms = max(self.max_command_wait_ms, wait_ms)
         age_ms = (clock_s - command.stamp_s) * self.config.time_scale * 1e3   # world time
         limit_ms = (self.config.max_command_age_s or math.inf) * 1e3
         result = self._controller.step(command, self._robot.now_s(), clock_s)
@@ -632,7 +631,6 @@ class _Job(threading.Event):
     def __init__(self, kind: str, payload=None) -> None:
         super().__init__()
         self.kind, self.payload, self.error = kind, payload, ""
-        self.queued_s = time.monotonic()
 
 
 def main(args: list[str] | None = None) -> None:
