@@ -16,7 +16,7 @@ from collections import deque
 
 import numpy as np
 
-from heisd_ros.nodes.robot_msgs import stamp_to_seconds
+from heisd_ros.tools.graph.listener import stamp_from_cdr, stamp_seconds
 from heisd_ros.viewer.episode_log import EpisodeLog
 from heisd_ros.viewer.sources import message_fields
 
@@ -45,13 +45,11 @@ class LiveView:
 
     def tap(self, kind: str, arrival_s: float, msg) -> None:
         """GraphListener's ``tap``: queue what arrived (on the listener's thread)."""
-        from heisd_ros.tools.graph.listener import stamp_from_cdr
-
         with self._lock:
             if kind == "step":   # with the joint state current when it arrived
                 self._steps.append((msg, self._state))
             elif kind == "command":
-                self._commands.append((stamp_to_seconds(msg.header.stamp), arrival_s))
+                self._commands.append((stamp_seconds(msg.header.stamp), arrival_s))
             elif kind == "state":
                 self._state = msg
             elif kind in self._frames:
@@ -90,7 +88,7 @@ class LiveView:
 
         joints = deserialize_message(state, JointState)
         arm, gripper = joint_values(list(joints.name), list(joints.position), self.gripper_joint)
-        stamp = stamp_to_seconds(msg.header.stamp)
+        stamp = stamp_seconds(msg.header.stamp)
         images = []
         for camera in ("third_person", "wrist"):
             near = [d for s, d in frames[camera] if abs(s - stamp) <= PAIR_SKEW_S]

@@ -101,7 +101,12 @@ def stamp_from_cdr(data: bytes) -> float:
     return sec + nanosec * 1e-9
 
 
-def _seconds(stamp) -> float:
+def stamp_seconds(stamp) -> float:
+    """A ``builtin_interfaces/Time`` in seconds.
+
+    ``robot_msgs.stamp_to_seconds`` does the same but imports the message types, and this
+    module must import without ROS.
+    """
     return stamp.sec + stamp.nanosec * 1e-9
 
 
@@ -198,7 +203,7 @@ class GraphListener:
     def on_command(self, msg) -> None:
         """An EECommand arrived."""
         now = self._clock()
-        self.commands.append(Command(now, _seconds(msg.header.stamp)))
+        self.commands.append(Command(now, stamp_seconds(msg.header.stamp)))
         self._tapped("command", now, msg)
 
     def on_step(self, msg) -> None:
@@ -226,7 +231,7 @@ class GraphListener:
 
     def on_status(self, msg) -> None:
         """An EpisodeStatus arrived."""
-        self.statuses.append(Status(_seconds(msg.header.stamp),
+        self.statuses.append(Status(stamp_seconds(msg.header.stamp),
                                     (msg.suite, msg.task, int(msg.episode), int(msg.seed)),
                                     int(msg.step), bool(msg.done), bool(msg.success),
                                     str(msg.reason)))
