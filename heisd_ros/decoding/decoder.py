@@ -3,7 +3,10 @@
 ``ActionDecoder(target)`` is the AR baseline (1 prefill + 6 decode forwards).
 ``ActionDecoder(target, source, rule)`` asks ``source`` for a tree before every forward after
 the prefill (or also for the prefill itself with ``draft_in_prefill=True``, which retrieval
-uses so a fully accepted draft costs one target forward). Results are
+uses so a fully accepted draft costs one target forward). With ``forward_budget`` and
+``complete``, an action still incomplete after that many target forwards is handed to
+``complete`` (``heisd_deadline``: it fills in the rest from a retrieved draft and has the
+rest verified behind). Results are
 :class:`~heisd_ros.decoding.interface.ActionResult` without a path record.
 """
 
@@ -42,14 +45,25 @@ class ActionDecoder(Decoder):
 
     def __init__(self, target: TargetVLA, source: DraftSource | None = None,
                  rule: AcceptanceRule = exact_rule, codec: ActionCodec | None = None,
-                 draft_in_prefill: bool = False):
+                 draft_in_prefill: bool = False, forward_budget: int | None = None,
+                 complete=None):
+        """A decoder of one action per call; ``complete`` stops it early.
+
+        ``complete(state)``: with ``forward_budget``, called once the action is still
+        incomplete after that many target forwards; returns the remaining action token ids
+        (they end the action unverified; ``state``, holding the verified ones, is the
+        caller's from then on) or None (decoding goes on).
+        """
         if draft_in_prefill and source is None:
             raise ValueError("draft_in_prefill: needs a draft source")
+        if (forward_budget is None) != (complete is None):
+            raise ValueError("forward_budget and complete: give both or neither")
         self.target = target
         self.source = source
         self.rule = rule
         self.codec = codec or target.codec
         self.draft_in_prefill = draft_in_prefill
+        self.forward_budget, self.complete = forward_budget, complete
 
     def decode(self, observation: Observation, prefix: Prefix | None = None) -> ActionResult:
         """Decode the 7 action tokens of ``observation`` and return them with counters.
@@ -68,7 +82,12 @@ class ActionDecoder(Decoder):
         # All (hidden state, next input embedding) pairs of this action, for draft sources.
         hidden, seen_hidden, seen_next = [], None, None
         sources = []
+        tail: list[int] = []
         while len(state.action_tokens) < ACTION_DIM:
+            if self.complete is not None and stats.target_forwards >= self.forward_budget:
+                tail = [int(t) for t in self.complete(state) or ()]
+                if tail:
+                    break
             first_round = state.cached_length < state.prefix_length   # prompt not all run yet
             tree = None
             if self.source is not None and (self.draft_in_prefill or not first_round):
@@ -104,8 +123,12 @@ class ActionDecoder(Decoder):
                 seen_next = torch.cat([seen_next, result.next_embeds], dim=1)
         stats.draft_source = "+".join(sorted(set(sources)))
         stats.stage_ms = clock.finish()
-        tokens = np.asarray(state.action_tokens, dtype=np.int64)
+        stats.completed_tokens = len(tail)
+        tokens = np.asarray(list(state.action_tokens) + tail, dtype=np.int64)
+        if len(tokens) != ACTION_DIM:
+            raise ValueError(f"complete: returned {len(tail)} tokens, the action needed "
+                             f"{ACTION_DIM - len(state.action_tokens)}")
         bins = target.actions.bin_of_token(tokens)
         return ActionResult(tokens=tokens, bins=bins, action=self.codec.decode(bins),
-                            hidden=torch.cat(hidden), vision_features=prefix.vision_features,
-                            stats=stats)
+                            hidden=None if tail else torch.cat(hidden),
+                            vision_features=prefix.vision_features, stats=stats)

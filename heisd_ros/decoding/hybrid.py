@@ -80,6 +80,7 @@ from heisd_ros.decoding.retrieval_source import (
 )
 from heisd_ros.decoding.stats import STAGES, PathCosts, StageClock, StepStats
 from heisd_ros.decoding.unverified import (
+    RULE_DEADLINE,
     RULE_FOLLOW,
     RULE_ROUTER,
     RULE_SIMILARITY,
@@ -278,6 +279,8 @@ class HybridDecoder(Decoder):
         #: a latency profile sets the profile's prices (``heisd_ros.latency.pricing.work_ms``),
         #: so the choices, and the run, do not depend on this machine's load.
         self.path_pricing = None
+        #: (context, tree) tokens of the ``deadline`` check the last completion started.
+        self._deadline_check_tokens: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ episodes
     def begin_episode(self, task: str | None = None) -> None:
@@ -395,12 +398,27 @@ class HybridDecoder(Decoder):
                 result.stats.check_tokens = (
                     int(prefix.embeds.shape[1]) - int(prefix.static_length or 0), ACTION_DIM)
         else:
+            complete = None
+            if sw.completes_at_deadline and use_retrieval and self._checker is not None:
+                if self._checker.pending:   # a completion starts a check: this one first
+                    verdict = self._collect_verdict(record, notes)
+                    collected = True
+                if verdict is None or verdict.confirmed:
+                    complete = self._completion(outcome, episode, trail, notes)
+                else:
+                    notes.append("no completion at the deadline: the check behind rejected "
+                                 "the last action")
             result = self._verified(observation, prefix, outcome if use_retrieval else None,
-                                    notes)
+                                    notes, complete)
             # Only the follow rule reads the anchor: others skip the candidates' comparison.
             anchor = (_executed_point(outcome, result.bins, self.retrieval.config.judge)
                       if sw.follow and use_retrieval else None)
-            if self._checker is not None and self._checker.pending:
+            if result.stats.completed_tokens:
+                record.skip_rule, record.unverified_run = RULE_DEADLINE, trail.run + 1
+                record.checked_behind = True
+                result.stats.check_tokens = self._deadline_check_tokens
+                result.stats.check_from_cache = True
+            elif self._checker is not None and self._checker.pending:
                 # A verified step needs no verdict first: its forwards overlap the check.
                 verdict = self._collect_verdict(record, notes)
         if episode is not None:
@@ -500,6 +518,42 @@ class HybridDecoder(Decoder):
             return candidate, rule
         return None
 
+    def _completion(self, outcome: RetrievalOutcome, episode: EpisodeState | None,
+                    trail: Trail, notes: list[str]):
+        """``heisd_deadline``: what completes an action still incomplete at the budget.
+
+        The rest of the action comes from the retrieved candidate nearest the verified tokens
+        (least sum of bin differences over their positions; the best-ranked on a tie), under
+        the bounds of any unverified action (gripper kept, per-command limits, the run
+        bound); the check behind then verifies the rest from the step's own decode state.
+        """
+        cfg = self.config.unverified
+        actions = self.target.actions
+
+        def complete(state) -> list[int] | None:
+            first = len(state.action_tokens)
+            verified = np.asarray(actions.bin_of_token(
+                np.asarray(state.action_tokens, np.int64)), np.int64)
+            nearest = min(outcome.candidates, key=lambda c: int(np.abs(
+                np.asarray(c.bins, np.int64)[:first] - verified).sum()))
+            bins = np.concatenate([verified, np.asarray(nearest.bins, np.int64)[first:]])
+            problem = unverified_problem(self.codec.decode(bins), episode, trail.run,
+                                         cfg.behind_max_run, cfg)
+            if problem:
+                notes.append(f"verify ({RULE_DEADLINE}): {problem}")
+                return None
+            self._deadline_check_tokens = (int(state.pending_embeds.shape[1]),
+                                           ACTION_DIM - first)
+            self._checker.start_from(state, bins, episode.step_index if episode else -1,
+                                     RULE_DEADLINE)
+            r = nearest.record
+            notes.append(f"completed at the deadline ({RULE_DEADLINE}, run {trail.run + 1}): "
+                         f"{first} token(s) verified, {ACTION_DIM - first} from {r.task} "
+                         f"episode {r.episode} step {r.step}, checked behind")
+            return [int(t) for t in actions.token_of_bin(bins[first:])]
+
+        return complete
+
     def _skipped(self, candidate: Candidate, prefix) -> ActionResult:
         bins = np.asarray(candidate.bins, dtype=np.int64)
         stats = StepStats(tokens_from_draft=ACTION_DIM, draft_source="retrieval")
@@ -509,7 +563,12 @@ class HybridDecoder(Decoder):
                             record=HybridStepRecord(verify_skipped=True))
 
     def _verified(self, observation: Observation, prefix, outcome: RetrievalOutcome | None,
-                  notes: list[str]) -> ActionResult:
+                  notes: list[str], complete=None) -> ActionResult:
+        """Decode with the target.
+
+        ``complete`` (with a retrieval draft): ``heisd_deadline``'s completion at
+        ``deadline_forwards`` (:meth:`_completion`).
+        """
         tail = None
         if outcome is not None:
             self.retrieval.prepare(outcome)
@@ -517,8 +576,10 @@ class HybridDecoder(Decoder):
             source = _RetrievalThenDrafter(self.retrieval, self.drafter,
                                            self._retrieval_rule, self._drafter_rule,
                                            later_by_ar=tail == "ar")
+            budget = self.config.unverified.deadline_forwards if complete is not None else None
             decoder = ActionDecoder(self.target, source, source.rule, self.codec,
-                                    draft_in_prefill=True)
+                                    draft_in_prefill=True, forward_budget=budget,
+                                    complete=complete)
         elif self.drafter is not None and (self._costs is None
                                            or self._costs.choose() == "drafter"):
             decoder = ActionDecoder(self.target, self.drafter, self._drafter_rule, self.codec)

@@ -15,7 +15,10 @@ place of the draft head); ``heisd_paper`` (the authors' released rule: every ste
 gives to the DB executes the retrieved action unverified, at most 2 in a row);
 ``heisd_behind`` (``heisd`` whose unverified actions the target checks in the background while
 they execute, a rejection forcing the next step verified, so every executed action is checked
-before it runs or within one step after).
+before it runs or within one step after); ``heisd_deadline`` (``heisd_behind`` whose verified
+steps stop at the forwards that land within the control period: an action still incomplete
+then is completed from the retrieved draft nearest the verified tokens, and the remaining
+verification round runs behind while it executes).
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ class Switches:
     ``checks_behind``: every action that runs unverified is verified by the target on a
     background thread while it executes (``heisd_ros.decoding.behind``); a rejection forces
     the next step verified.
+
+    ``completes_at_deadline`` (with ``checks_behind``): a verified step with a retrieval draft
+    runs at most ``UnverifiedConfig.deadline_forwards`` target forwards; if its action is
+    still incomplete, the remaining tokens come from the retrieved candidate nearest the
+    verified ones, and the round that would have verified them runs behind, from the step's
+    own cache (``skip_rule`` ``deadline``).
     """
 
     drafter: bool
@@ -47,6 +56,7 @@ class Switches:
     router_executes: bool = False
     drafts_from_retrieval_when_slow: bool = False
     checks_behind: bool = False
+    completes_at_deadline: bool = False
 
     @property
     def hybrid(self) -> bool:
@@ -69,6 +79,9 @@ METHODS: dict[str, Switches] = {
     "heisd_paper": Switches(True, True, True, False, True, False, router_executes=True),
     "heisd_behind": Switches(True, True, True, True, True, False, follow=True,
                              drafts_from_retrieval_when_slow=True, checks_behind=True),
+    "heisd_deadline": Switches(True, True, True, True, True, False, follow=True,
+                               drafts_from_retrieval_when_slow=True, checks_behind=True,
+                               completes_at_deadline=True),
 }
 #: The names, in ablation order.
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)

@@ -34,6 +34,10 @@ class StepStats:
             None when none.
         collected_verdict: this action waited for the last check behind's verdict before
             it could be decided.
+        check_from_cache: the check behind continues this action's own decode state (a
+            ``deadline`` check: one forward over the unverified tokens), not a new prompt.
+        completed_tokens: action tokens taken unverified at the forward budget
+            (``heisd_deadline``), 0 when the target decided or verified them all.
     """
 
     target_forwards: int = 0
@@ -49,6 +53,8 @@ class StepStats:
     draft_calls: int = 0
     check_tokens: tuple[int, int] | None = None
     collected_verdict: bool = False
+    check_from_cache: bool = False
+    completed_tokens: int = 0
 
     @property
     def mean_accepted_length(self) -> float:

@@ -35,8 +35,10 @@ import numpy as np
 from heisd_ros.data.observation import ACTION_DIM, GRIPPER_CLOSED_ABOVE, EpisodeState
 
 GRIPPER_DIM = ACTION_DIM - 1
-#: ``skip_rule`` values.
+#: ``skip_rule`` values (``deadline``: a verified step completed at its forward budget,
+#: ``heisd_deadline``; it ran target forwards, so it is not ``verify_skipped``).
 RULE_SIMILARITY, RULE_FOLLOW, RULE_ROUTER = "similarity", "follow", "router"
+RULE_DEADLINE = "deadline"
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,11 @@ class UnverifiedConfig:
             retrieval (F above its threshold) may run unverified, as in ``heisd``. False: any
             step once the router's window is full, the check behind catching a wrong action
             within a step (validation as above).
+        deadline_forwards: ``heisd_deadline``: target forwards a verified step with a
+            retrieval draft may run before it completes its action from the draft (the rest
+            is verified behind). 1: at the shipped profile ``openvla-7b-paper`` one forward
+            lands within the 100 ms control period (vision 8 + overhead 53 + retrieval 5.1 +
+            prefill about 31 = 97 ms) and a second does not (about 111 ms).
         follow_window: how many steps ahead in the followed demonstration a retrieved point
             may be (1: only its next point; more lets an arm faster than it catch up).
         follow_min_similarity: the demonstration's next point must be retrieved at least
@@ -76,6 +83,7 @@ class UnverifiedConfig:
     paper_max_run: int = 2
     behind_max_run: int = 8
     behind_router_gate: bool = False
+    deadline_forwards: int = 1
     follow_window: int = 2
     follow_min_similarity: float = 0.90
     follow_drift_m: float = 0.01
@@ -105,6 +113,10 @@ class UnverifiedConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name}: expected an int >= 0, got {value!r}")
+        budget = self.deadline_forwards
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"deadline_forwards: expected an int >= 1 (the prefill), got "
+                             f"{budget!r}")
         if not (math.isfinite(self.follow_min_similarity)
                 and -1.0 <= self.follow_min_similarity <= 1.0):
             raise ValueError(f"follow_min_similarity: expected a cosine in [-1, 1], got "

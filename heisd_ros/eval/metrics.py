@@ -120,9 +120,11 @@ def checks_summary(episodes: Sequence[Sequence[dict]]) -> dict:
 
     Every executed action is either verified before it ran (the target decoded or verified
     it), checked behind (``heisd_behind``: the step record holds the verdict under
-    ``behind``), or never checked. Returns ``checks`` with ``actions``,
-    ``verified_before``, ``checked_behind``, ``unchecked``, ``checked_share`` (before or
-    behind, of all actions), ``behind_rejection_rate`` and per rule
+    ``behind``; ``heisd_deadline``'s completed steps too, their first tokens verified before),
+    or never checked. Returns ``checks`` with ``actions``, ``verified_before``,
+    ``checked_behind``, ``completed_at_deadline`` (steps completed at the forward budget),
+    ``unchecked``, ``checked_share`` (before or behind, of all actions),
+    ``behind_rejection_rate`` and per rule
     (``behind_by_rule``: {rule: {checks, rejected, rejection_rate}}),
     ``rejected_bin_difference`` (mean and max sum of |bin differences| of rejected actions),
     ``rejected_at`` (rejections by the group of their first refused dimension: position,
@@ -157,11 +159,16 @@ def checks_summary(episodes: Sequence[Sequence[dict]]) -> dict:
     forwards = [s["target_forwards"] + (1 if s.get("behind") else 0) for s in steps]
     cpu = [s["cpu_ms"] + (s["behind"]["cpu_ms"] if s.get("behind") else 0.0)
            for s in steps if "cpu_ms" in s]
-    checked_behind = sum(1 for s in skipped if s.get("behind"))
-    verified = len(steps) - len(skipped)
+    # A ``deadline`` step ran target forwards, but its last tokens only get checked behind.
+    completed = [s for s in steps if not s["verify_skipped"]
+                 and (s.get("hybrid") or {}).get("skip_rule") == "deadline"]
+    behind_steps = skipped + completed
+    checked_behind = sum(1 for s in behind_steps if s.get("behind"))
+    verified = len(steps) - len(behind_steps)
     return {"checks": {
         "actions": len(steps), "verified_before": verified, "checked_behind": checked_behind,
-        "unchecked": len(skipped) - checked_behind,
+        "completed_at_deadline": len(completed),
+        "unchecked": len(behind_steps) - checked_behind,
         "checked_share": (verified + checked_behind) / len(steps),
         "behind_rejection_rate": len(rejected) / len(behind) if behind else None,
         "behind_by_rule": dict(sorted(by_rule.items())),

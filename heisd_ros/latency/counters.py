@@ -26,6 +26,9 @@ class DecisionCounters:
             own action, None when none.
         collects_verdict: the decision needed the previous check's verdict before it could
             decide (it wanted to run unverified).
+        check_from_cache: the check continues the decision's own decode state (a
+            ``deadline`` check: a decode forward over the unverified tokens), priced as a
+            forward, not a prefill.
     """
 
     vision: int = 0
@@ -36,6 +39,7 @@ class DecisionCounters:
     unverified: bool = False
     check: tuple[int, int] | None = None
     collects_verdict: bool = False
+    check_from_cache: bool = False
 
     def __post_init__(self) -> None:
         pairs = tuple((int(c), int(t)) for c, t in self.forwards)
@@ -60,7 +64,8 @@ class DecisionCounters:
                 "drafter_forwards": self.drafter_forwards, "draft_calls": self.draft_calls,
                 "retrievals": self.retrievals, "unverified": self.unverified,
                 "check": list(self.check) if self.check is not None else None,
-                "collects_verdict": self.collects_verdict}
+                "collects_verdict": self.collects_verdict,
+                "check_from_cache": self.check_from_cache}
 
     @classmethod
     def from_dict(cls, data: dict) -> DecisionCounters:
@@ -73,7 +78,8 @@ class DecisionCounters:
                    retrievals=int(data.get("retrievals", 0)),
                    unverified=bool(data.get("unverified", False)),
                    check=tuple(check) if check is not None else None,
-                   collects_verdict=bool(data.get("collects_verdict", False)))
+                   collects_verdict=bool(data.get("collects_verdict", False)),
+                   check_from_cache=bool(data.get("check_from_cache", False)))
 
     @classmethod
     def from_stats(cls, stats) -> DecisionCounters:
@@ -81,4 +87,5 @@ class DecisionCounters:
         return cls(vision=stats.vision_calls, forwards=tuple(stats.forward_tokens),
                    drafter_forwards=stats.drafter_forwards, draft_calls=stats.draft_calls,
                    retrievals=stats.retrieval_calls, unverified=not stats.forward_tokens,
-                   check=stats.check_tokens, collects_verdict=stats.collected_verdict)
+                   check=stats.check_tokens, collects_verdict=stats.collected_verdict,
+                   check_from_cache=stats.check_from_cache)

@@ -58,7 +58,8 @@ def price(counters: DecisionCounters | dict, profile: LatencyProfile) -> Priced:
                          + c.draft_calls * profile.draft_call_ms),
              "retrieval": c.retrievals * profile.retrieval_ms,
              "overhead": profile.overhead_ms}
-    check = profile.prefill_ms(*c.check) if c.check is not None else 0.0
+    check = (0.0 if c.check is None else profile.forward_ms(*c.check) if c.check_from_cache
+             else profile.prefill_ms(*c.check))
     return Priced(parts, check)
 
 

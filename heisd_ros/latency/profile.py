@@ -15,9 +15,10 @@ A profile prices the counters of one decision (:mod:`heisd_ros.latency.counters`
   conversion, pre/post-processing, transfers, Python).
 
 A check behind (``heisd_behind``) is one forward over the prompt and the 7 executed tokens,
-priced as a prefill. ``check_occupies`` says what it holds while it runs: ``"device"`` (a
-GPU: the next decision's device work waits for it) or ``"core"`` (a CPU with a spare core:
-only a decision that needs its verdict waits).
+priced as a prefill; a ``deadline`` check (``heisd_deadline``) continues its step's own cache
+over the unverified tokens, priced as a later forward. ``check_occupies`` says what it holds
+while it runs: ``"device"`` (a GPU: the next decision's device work waits for it) or
+``"core"`` (a CPU with a spare core: only a decision that needs its verdict waits).
 
 Profiles are YAML files (``heisd_ros/latency/profiles/<name>.yaml``, or any path) holding
 these fields plus ``sources`` (field -> where the figure comes from) and ``assumptions``.

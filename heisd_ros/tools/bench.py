@@ -54,7 +54,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from heisd_ros.decoding.methods import HYBRID_METHODS, METHOD_NAMES
+from heisd_ros.decoding.methods import HYBRID_METHODS, METHOD_NAMES, METHODS
 from heisd_ros.tools._common import (
     add_model_arguments,
     episode_loader,
@@ -87,10 +87,12 @@ def format_table(summary: dict[str, dict]) -> str:
 
 
 #: ``decode``'s methods by default: the non-hybrid ones; with --db also the hybrid ones but
-#: ``heisd_ar`` and ``heisd_behind`` (ask for them with --methods; the latter's background
-#: check would overlap the next method's timed decode of the same observation).
+#: ``heisd_ar`` and those that check behind (``heisd_behind``, ``heisd_deadline``; ask for them
+#: with --methods: a background check would overlap the next method's timed decode of the
+#: same observation).
 DEFAULT_METHODS = tuple(m for m in METHOD_NAMES if m not in HYBRID_METHODS)
-DEFAULT_DB_METHODS = tuple(m for m in HYBRID_METHODS if m not in ("heisd_ar", "heisd_behind"))
+DEFAULT_DB_METHODS = tuple(m for m in HYBRID_METHODS
+                           if m != "heisd_ar" and not METHODS[m].checks_behind)
 
 
 def decode_methods(args) -> list[str]:

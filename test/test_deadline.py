@@ -1,0 +1,167 @@
+"""``heisd_deadline``: a verified step stops at its forward budget and is checked behind."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from heisd_ros.decoding.behind import check_action
+from heisd_ros.decoding.interface import BEHIND_CONFIRMED, BEHIND_NONE, BEHIND_REJECTED
+from heisd_ros.decoding.unverified import UnverifiedConfig
+from heisd_ros.eval.metrics import checks_summary
+from heisd_ros.latency.counters import DecisionCounters
+from heisd_ros.latency.pricing import DeviceTimeline, price
+from heisd_ros.latency.profile import load_profile
+from test.test_checks_behind import BEHIND, observation_at, target_action
+from test.test_unverified import Loop, first_verified, point
+
+
+def shifted(bins, *dims, by: int = 40) -> np.ndarray:
+    """``bins`` with each of ``dims`` ``by`` bins away (the sequence-wise rule refuses 15+)."""
+    out = np.array(bins)
+    for d in dims:
+        out[d] = bins[d] + by if bins[d] < 256 - by else bins[d] - by
+    return out
+
+
+def other_demo(bins, t: int):
+    """A candidate from a demonstration the loop does not follow: the step is verified."""
+    return point(bins, t, score=0.97, episode=3)
+
+
+def test_an_action_incomplete_at_the_budget_is_completed_and_checked_from_its_cache(
+        tiny_trained_vla):
+    vla = tiny_trained_vla
+    loop = Loop(vla, "heisd_deadline", config=BEHIND)
+    first_verified(loop, vla)
+    own = target_action(vla, loop, 1)
+    # The draft is the target's own action but 40 bins off at position 3 (roll): the prefill
+    # accepts the position group (0-2), the target says 3, and 4-6 come from the draft.
+    got = loop.step([other_demo(shifted(own, 3), 1)])
+    rec, stats = got.record, got.stats
+    assert stats.target_forwards == 1 and stats.completed_tokens == 3, rec.why
+    assert rec.skip_rule == "deadline" and rec.checked_behind and not rec.verify_skipped
+    assert rec.unverified_run == 1 and got.hidden is None
+    assert stats.check_tokens == (1, 3) and stats.check_from_cache
+    assert "4 token(s) verified, 3 from t episode 3 step 1" in rec.why
+    np.testing.assert_array_equal(got.bins, own)
+
+    verdict = loop.decoder.collect_check()
+    assert verdict.confirmed and verdict.rule == "deadline" and verdict.step_index == 1
+    np.testing.assert_array_equal(verdict.candidate_bins, got.bins)
+    # The check from the step's cache says what a fresh check of the whole action says.
+    obs = observation_at(loop, 1)
+    fresh = check_action(vla, vla.start(vla.encode(obs), obs.episode.gripper_closed),
+                         got.bins, lambda view: list(range(len(view.parents))))
+    np.testing.assert_array_equal(verdict.target_bins[4:], fresh.target_bins[4:])
+    np.testing.assert_array_equal(verdict.target_bins[:4], got.bins[:4])
+
+
+def test_a_wrong_completion_is_rejected_and_the_next_step_fully_verified(tiny_trained_vla):
+    vla = tiny_trained_vla
+    loop = Loop(vla, "heisd_deadline", config=BEHIND)
+    first_verified(loop, vla)
+    own = target_action(vla, loop, 1)
+    got = loop.step([other_demo(shifted(own, 3, 5), 1)])   # its position 5 is wrong too
+    assert got.stats.completed_tokens == 3 and got.bins[5] != own[5]
+    after = loop.step([other_demo(shifted(target_action(vla, loop, 2), 3), 2)])
+    rec = after.record
+    # The rotation group's rest (4-5) is refused as a whole: rejected from position 4.
+    assert rec.behind_result == BEHIND_REJECTED and after.behind.first_rejected_dim == 4
+    assert "no completion at the deadline: the check behind rejected" in rec.why
+    assert after.stats.completed_tokens == 0 and after.stats.target_forwards > 1
+    assert rec.skip_rule == "" and rec.unverified_run == 0 and not rec.checked_behind
+    np.testing.assert_array_equal(after.bins, target_action(vla, loop, 2))
+
+
+def test_a_completion_that_would_change_the_gripper_is_verified_instead(tiny_trained_vla):
+    vla = tiny_trained_vla
+    loop = Loop(vla, "heisd_deadline", config=BEHIND)
+    first_verified(loop, vla)
+    own = target_action(vla, loop, 1)
+    draft = shifted(own, 3)
+    draft[6] = 255 if own[6] < 128 else 0       # the draft's gripper is the other state
+    got = loop.step([other_demo(draft, 1)])
+    assert got.stats.completed_tokens == 0 and got.stats.target_forwards > 1
+    assert "verify (deadline): the action would change the gripper" in got.record.why
+    assert got.record.behind_result == BEHIND_NONE and loop.decoder.checks_started == 0
+    np.testing.assert_array_equal(got.bins, own)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_with_a_budget_it_never_reaches_it_decodes_as_heisd_behind(tiny_trained_vla, seed):
+    """The property: the budget is the only difference from ``heisd_behind``."""
+    vla = tiny_trained_vla
+    rng = np.random.default_rng(seed)
+    loops = [Loop(vla, "heisd_behind", config=BEHIND),
+             Loop(vla, "heisd_deadline", config=replace(BEHIND, deadline_forwards=7))]
+    for loop in loops:
+        first_verified(loop, vla)
+    for t in range(1, 5):
+        own = target_action(vla, loops[0], t)
+        answer = [other_demo(shifted(own, *rng.choice(7, 2, replace=False)), t),
+                  point(own, t)]
+        got = [loop.step(list(answer)) for loop in loops]
+        np.testing.assert_array_equal(got[0].bins, got[1].bins)
+        assert got[0].stats.forward_tokens == got[1].stats.forward_tokens
+        assert got[0].record.skip_rule == got[1].record.skip_rule
+        assert got[1].stats.completed_tokens == 0
+
+
+def test_the_deadline_check_is_priced_as_one_decode_forward():
+    profile = load_profile("openvla-7b-paper")
+    counters = DecisionCounters(vision=1, forwards=((280, 35),), draft_calls=1, retrievals=1,
+                                check=(1, 4), check_from_cache=True)
+    priced = price(counters, profile)
+    assert priced.check_ms == pytest.approx(profile.forward_ms(1, 4))
+    assert priced.total_ms == pytest.approx(
+        profile.vision_ms + profile.prefill_ms(280, 35) + profile.retrieval_ms
+        + profile.overhead_ms)
+    assert priced.total_ms < 100.0 < priced.total_ms + profile.forward_ms(1, 4) + 1.0
+    # The next decision waits for exactly the rest of that check.
+    timeline = DeviceTimeline(profile)
+    first = timeline.decide(0.0, counters)
+    second = timeline.decide(0.1, DecisionCounters(vision=1, forwards=((280, 0),)))
+    end_of_check_ms = first.latency_ms + priced.check_ms
+    assert second.wait_ms == pytest.approx(end_of_check_ms - 100.0)
+    assert DecisionCounters.from_dict(counters.to_dict()) == counters
+
+
+def test_checks_summary_counts_a_completed_step_as_checked_behind():
+    ok = {"confirmed": True, "rule": "deadline", "bin_difference": 0, "cpu_ms": 5.0,
+          "first_rejected_dim": -1}
+
+    def step(skipped, rule="", behind=None):
+        hybrid = {"behind_result": 0, "behind_wait_ms": 0.0, "skip_rule": rule}
+        return {"verify_skipped": skipped, "target_forwards": 0 if skipped else 1,
+                "cpu_ms": 1.0, "hybrid": hybrid, **({"behind": behind} if behind else {})}
+
+    episodes = [[step(False), step(False, "deadline", ok),
+                 step(True, "follow", {**ok, "rule": "follow"}),
+                 step(False, "deadline")]]   # the last one's check never came back
+    checks = checks_summary(episodes)["checks"]
+    assert (checks["verified_before"], checks["checked_behind"],
+            checks["completed_at_deadline"], checks["unchecked"]) == (1, 2, 2, 1)
+    assert checks["checked_share"] == pytest.approx(0.75)
+    assert checks["behind_by_rule"]["deadline"]["checks"] == 1
+
+
+def test_deadline_forwards_is_checked():
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="deadline_forwards"):
+            UnverifiedConfig(deadline_forwards=bad)
+
+
+def test_confirmed_completions_keep_going_up_to_the_run_bound(tiny_trained_vla):
+    vla = tiny_trained_vla
+    loop = Loop(vla, "heisd_deadline", config=BEHIND)   # behind_max_run = 3
+    first_verified(loop, vla)
+    records = []
+    for t in range(1, 5):
+        records.append(loop.step([other_demo(shifted(target_action(vla, loop, t), 3), t)]))
+    assert [r.record.unverified_run for r in records] == [1, 2, 3, 0]
+    assert [r.stats.completed_tokens for r in records] == [3, 3, 3, 0]
+    assert [r.record.behind_result for r in records] == [BEHIND_NONE] + [BEHIND_CONFIRMED] * 3
+    assert "3 unverified step(s) in a row" in records[-1].record.why
