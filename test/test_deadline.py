@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from heisd_ros.decoding.behind import check_action
+from heisd_ros.decoding.deadline import predicted_tail
 from heisd_ros.decoding.interface import BEHIND_CONFIRMED, BEHIND_NONE, BEHIND_REJECTED
 from heisd_ros.decoding.unverified import UnverifiedConfig
 from heisd_ros.eval.metrics import checks_summary
@@ -31,44 +32,51 @@ def other_demo(bins, t: int):
     return point(bins, t, score=0.97, episode=3)
 
 
-def test_an_action_incomplete_at_the_budget_is_completed_and_checked_from_its_cache(
-        tiny_trained_vla):
-    vla = tiny_trained_vla
+def complete_one(vla, draft_dims, by):
+    """A loop's step 1 with one draft: the target's own action, ``draft_dims`` ``by`` off."""
     loop = Loop(vla, "heisd_deadline", config=BEHIND)
     first_verified(loop, vla)
     own = target_action(vla, loop, 1)
-    # The draft is the target's own action but 40 bins off at position 3 (roll): the prefill
-    # accepts the position group (0-2), the target says 3, and 4-6 come from the draft.
-    got = loop.step([other_demo(shifted(own, 3), 1)])
+    return loop, own, loop.step([other_demo(shifted(own, *draft_dims, by=by), 1)])
+
+
+def test_an_action_incomplete_at_the_budget_is_completed_and_checked_from_its_cache(
+        tiny_trained_vla):
+    vla = tiny_trained_vla
+    # The draft is the target's own action but 20 bins off at position 3 (roll): the prefill
+    # accepts the position group (0-2), the target says 3, and 4-6 are its predictions along
+    # the draft (conditioned on the drafted roll), unverified.
+    loop, own, got = complete_one(vla, (3,), 20)
     rec, stats = got.record, got.stats
     assert stats.target_forwards == 1 and stats.completed_tokens == 3, rec.why
     assert rec.skip_rule == "deadline" and rec.checked_behind and not rec.verify_skipped
     assert rec.unverified_run == 1 and got.hidden is None
     assert stats.check_tokens == (1, 3) and stats.check_from_cache
-    assert "4 token(s) verified, 3 from t episode 3 step 1" in rec.why
-    np.testing.assert_array_equal(got.bins, own)
+    assert "4 token(s) verified, 3 predicted along the draft" in rec.why
+    np.testing.assert_array_equal(got.bins[:4], own[:4])
 
     verdict = loop.decoder.collect_check()
-    assert verdict.confirmed and verdict.rule == "deadline" and verdict.step_index == 1
+    assert verdict.rule == "deadline" and verdict.step_index == 1
     np.testing.assert_array_equal(verdict.candidate_bins, got.bins)
     # The check from the step's cache says what a fresh check of the whole action says.
     obs = observation_at(loop, 1)
     fresh = check_action(vla, vla.start(vla.encode(obs), obs.episode.gripper_closed),
-                         got.bins, lambda view: list(range(len(view.parents))))
+                         got.bins, loop.decoder._retrieval_rule)
     np.testing.assert_array_equal(verdict.target_bins[4:], fresh.target_bins[4:])
     np.testing.assert_array_equal(verdict.target_bins[:4], got.bins[:4])
+    assert verdict.confirmed == fresh.confirmed
+    # Here the predictions were the target's own action: confirmed.
+    np.testing.assert_array_equal(got.bins, own)
+    assert verdict.confirmed
 
 
 def test_a_wrong_completion_is_rejected_and_the_next_step_fully_verified(tiny_trained_vla):
     vla = tiny_trained_vla
-    loop = Loop(vla, "heisd_deadline", config=BEHIND)
-    first_verified(loop, vla)
-    own = target_action(vla, loop, 1)
-    got = loop.step([other_demo(shifted(own, 3, 5), 1)])   # its position 5 is wrong too
-    assert got.stats.completed_tokens == 3 and got.bins[5] != own[5]
-    after = loop.step([other_demo(shifted(target_action(vla, loop, 2), 3), 2)])
+    loop, own, got = complete_one(vla, (3,), 40)   # conditioned on a roll 40 bins off
+    assert got.stats.completed_tokens == 3
+    assert not np.array_equal(got.bins, own), "the fixture's completion is right: pick another"
+    after = loop.step([other_demo(shifted(target_action(vla, loop, 2), 3, by=20), 2)])
     rec = after.record
-    # The rotation group's rest (4-5) is refused as a whole: rejected from position 4.
     assert rec.behind_result == BEHIND_REJECTED and after.behind.first_rejected_dim == 4
     assert "no completion at the deadline: the check behind rejected" in rec.why
     assert after.stats.completed_tokens == 0 and after.stats.target_forwards > 1
@@ -78,12 +86,8 @@ def test_a_wrong_completion_is_rejected_and_the_next_step_fully_verified(tiny_tr
 
 def test_a_completion_that_would_change_the_gripper_is_verified_instead(tiny_trained_vla):
     vla = tiny_trained_vla
-    loop = Loop(vla, "heisd_deadline", config=BEHIND)
-    first_verified(loop, vla)
-    own = target_action(vla, loop, 1)
-    draft = shifted(own, 3)
-    draft[6] = 255 if own[6] < 128 else 0       # the draft's gripper is the other state
-    got = loop.step([other_demo(draft, 1)])
+    # Conditioned on a yaw 16 bins off, the target predicts the other gripper state.
+    loop, own, got = complete_one(vla, (5,), 16)
     assert got.stats.completed_tokens == 0 and got.stats.target_forwards > 1
     assert "verify (deadline): the action would change the gripper" in got.record.why
     assert got.record.behind_result == BEHIND_NONE and loop.decoder.checks_started == 0
@@ -148,20 +152,34 @@ def test_checks_summary_counts_a_completed_step_as_checked_behind():
     assert checks["behind_by_rule"]["deadline"]["checks"] == 1
 
 
+def test_the_tail_follows_the_drafted_child_nearest_each_prediction():
+    # dims: root 0 (accepted), then two drafted children at 1 (bins 10, 50), each with a chain
+    # below; target_bins[i] is the target's bin at node i, from its parent's output.
+    parents = [-1, 0, 0, 1, 3, 2, 5]
+    draft = [5, 10, 50, 30, 40, 31, 41]
+    target = [5, 48, 48, 31, 33, 31, 39]
+    assert predicted_tail(parents, draft, target, [0], bonus_bin=48, needed=2) == [31, 39]
+    assert predicted_tail(parents, draft, target, [0], bonus_bin=11, needed=2) == [31, 33]
+    assert predicted_tail(parents, draft, target, [0], bonus_bin=48, needed=3) is None
+    # Nothing accepted: the roots are the children of -1.
+    assert predicted_tail(parents, draft, target, [], bonus_bin=5, needed=1) == [48]
+    # Ties go to the lower node index (the higher-ranked draft).
+    assert predicted_tail(parents, draft, target, [0], bonus_bin=30, needed=1) == [31]
+
+
 def test_deadline_forwards_is_checked():
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="deadline_forwards"):
             UnverifiedConfig(deadline_forwards=bad)
 
 
-def test_confirmed_completions_keep_going_up_to_the_run_bound(tiny_trained_vla):
+def test_a_completion_counts_towards_the_run_bound(tiny_trained_vla):
     vla = tiny_trained_vla
-    loop = Loop(vla, "heisd_deadline", config=BEHIND)   # behind_max_run = 3
+    loop = Loop(vla, "heisd_deadline", config=replace(BEHIND, behind_max_run=1))
     first_verified(loop, vla)
-    records = []
-    for t in range(1, 5):
-        records.append(loop.step([other_demo(shifted(target_action(vla, loop, t), 3), t)]))
-    assert [r.record.unverified_run for r in records] == [1, 2, 3, 0]
-    assert [r.stats.completed_tokens for r in records] == [3, 3, 3, 0]
-    assert [r.record.behind_result for r in records] == [BEHIND_NONE] + [BEHIND_CONFIRMED] * 3
-    assert "3 unverified step(s) in a row" in records[-1].record.why
+    got = loop.step([other_demo(shifted(target_action(vla, loop, 1), 3, by=20), 1)])
+    assert got.stats.completed_tokens == 3 and got.record.unverified_run == 1
+    after = loop.step([other_demo(shifted(target_action(vla, loop, 2), 3, by=20), 2)])
+    assert after.record.behind_result == BEHIND_CONFIRMED
+    assert "verify (deadline): 1 unverified step(s) in a row" in after.record.why
+    assert after.stats.completed_tokens == 0 and after.record.unverified_run == 0

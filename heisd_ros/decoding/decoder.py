@@ -49,10 +49,11 @@ class ActionDecoder(Decoder):
                  complete=None):
         """A decoder of one action per call; ``complete`` stops it early.
 
-        ``complete(state)``: with ``forward_budget``, called once the action is still
-        incomplete after that many target forwards; returns the remaining action token ids
-        (they end the action unverified; ``state``, holding the verified ones, is the
-        caller's from then on) or None (decoding goes on).
+        ``complete(state, last_round)``: with ``forward_budget``, called once the action is
+        still incomplete after that many target forwards (``last_round``: the last
+        ``RoundResult``); returns the remaining action token ids (they end the action
+        unverified; ``state``, holding the verified ones, is the caller's from then on) or
+        None (decoding goes on).
         """
         if draft_in_prefill and source is None:
             raise ValueError("draft_in_prefill: needs a draft source")
@@ -84,10 +85,6 @@ class ActionDecoder(Decoder):
         sources = []
         tail: list[int] = []
         while len(state.action_tokens) < ACTION_DIM:
-            if self.complete is not None and stats.target_forwards >= self.forward_budget:
-                tail = [int(t) for t in self.complete(state) or ()]
-                if tail:
-                    break
             first_round = state.cached_length < state.prefix_length   # prompt not all run yet
             tree = None
             if self.source is not None and (self.draft_in_prefill or not first_round):
@@ -121,6 +118,11 @@ class ActionDecoder(Decoder):
             else:
                 seen_hidden = torch.cat([seen_hidden, result.new_hidden], dim=1)
                 seen_next = torch.cat([seen_next, result.next_embeds], dim=1)
+            if (self.complete is not None and len(state.action_tokens) < ACTION_DIM
+                    and stats.target_forwards >= self.forward_budget):
+                tail = [int(t) for t in self.complete(state, result) or ()]
+                if tail:
+                    break
         stats.draft_source = "+".join(sorted(set(sources)))
         stats.stage_ms = clock.finish()
         stats.completed_tokens = len(tail)

@@ -56,6 +56,7 @@ from heisd_ros.data.observation import (
 )
 from heisd_ros.decoding.acceptance import AcceptanceRule, RelaxedRule, VerifyView, exact_rule
 from heisd_ros.decoding.behind import BehindChecker, CheckVerdict
+from heisd_ros.decoding.deadline import predicted_tail
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
@@ -404,7 +405,7 @@ class HybridDecoder(Decoder):
                     verdict = self._collect_verdict(record, notes)
                     collected = True
                 if verdict is None or verdict.confirmed:
-                    complete = self._completion(outcome, episode, trail, notes)
+                    complete = self._completion(episode, trail, notes)
                 else:
                     notes.append("no completion at the deadline: the check behind rejected "
                                  "the last action")
@@ -518,25 +519,30 @@ class HybridDecoder(Decoder):
             return candidate, rule
         return None
 
-    def _completion(self, outcome: RetrievalOutcome, episode: EpisodeState | None,
-                    trail: Trail, notes: list[str]):
+    def _completion(self, episode: EpisodeState | None, trail: Trail, notes: list[str]):
         """``heisd_deadline``: what completes an action still incomplete at the budget.
 
-        The rest of the action comes from the retrieved candidate nearest the verified tokens
-        (least sum of bin differences over their positions; the best-ranked on a tie), under
-        the bounds of any unverified action (gripper kept, per-command limits, the run
-        bound); the check behind then verifies the rest from the step's own decode state.
+        The rest of the action is the target's own prediction along the drafted branch
+        nearest its tokens (:func:`heisd_ros.decoding.deadline.predicted_tail`, from the
+        last forward; no further forward), under the bounds of any unverified action (gripper
+        kept, per-command limits, the run bound); the check behind then verifies it from the
+        step's own decode state.
         """
         cfg = self.config.unverified
         actions = self.target.actions
 
-        def complete(state) -> list[int] | None:
+        def complete(state, last) -> list[int] | None:
             first = len(state.action_tokens)
             verified = np.asarray(actions.bin_of_token(
                 np.asarray(state.action_tokens, np.int64)), np.int64)
-            nearest = min(outcome.candidates, key=lambda c: int(np.abs(
-                np.asarray(c.bins, np.int64)[:first] - verified).sum()))
-            bins = np.concatenate([verified, np.asarray(nearest.bins, np.int64)[first:]])
+            rest = predicted_tail(last.tree.parents, actions.bin_of_token(last.tree.tokens),
+                                  last.target_bins, last.path, int(verified[-1]),
+                                  ACTION_DIM - first)
+            if rest is None:
+                notes.append(f"verify ({RULE_DEADLINE}): the draft tree ends before position "
+                             f"{ACTION_DIM - 1}")
+                return None
+            bins = np.concatenate([verified, np.asarray(rest, np.int64)])
             problem = unverified_problem(self.codec.decode(bins), episode, trail.run,
                                          cfg.behind_max_run, cfg)
             if problem:
@@ -546,11 +552,10 @@ class HybridDecoder(Decoder):
                                            ACTION_DIM - first)
             self._checker.start_from(state, bins, episode.step_index if episode else -1,
                                      RULE_DEADLINE)
-            r = nearest.record
             notes.append(f"completed at the deadline ({RULE_DEADLINE}, run {trail.run + 1}): "
-                         f"{first} token(s) verified, {ACTION_DIM - first} from {r.task} "
-                         f"episode {r.episode} step {r.step}, checked behind")
-            return [int(t) for t in actions.token_of_bin(bins[first:])]
+                         f"{first} token(s) verified, {ACTION_DIM - first} predicted along "
+                         f"the draft, checked behind")
+            return [int(t) for t in actions.token_of_bin(np.asarray(rest, np.int64))]
 
         return complete
 

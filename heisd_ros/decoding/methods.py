@@ -17,8 +17,8 @@ gives to the DB executes the retrieved action unverified, at most 2 in a row);
 they execute, a rejection forcing the next step verified, so every executed action is checked
 before it runs or within one step after); ``heisd_deadline`` (``heisd_behind`` whose verified
 steps stop at the forwards that land within the control period: an action still incomplete
-then is completed from the retrieved draft nearest the verified tokens, and the remaining
-verification round runs behind while it executes).
+then takes the rest from the target's own predictions along the drafted branch nearest its
+tokens, and the remaining verification round runs behind while it executes).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ class Switches:
 
     ``completes_at_deadline`` (with ``checks_behind``): a verified step with a retrieval draft
     runs at most ``UnverifiedConfig.deadline_forwards`` target forwards; if its action is
-    still incomplete, the remaining tokens come from the retrieved candidate nearest the
-    verified ones, and the round that would have verified them runs behind, from the step's
-    own cache (``skip_rule`` ``deadline``).
+    still incomplete, the remaining tokens are the target's predictions along the drafted
+    branch nearest its own tokens (``heisd_ros.decoding.deadline``), and the round that would
+    have verified them runs behind, from the step's own cache (``skip_rule`` ``deadline``).
     """
 
     drafter: bool
