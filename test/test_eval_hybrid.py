@@ -148,14 +148,15 @@ def test_checks_behind_through_record_replay_and_eval(setup, tmp_path, capsys):
 def test_two_runs_at_a_latency_profile_give_identical_episodes(setup, tmp_path, capsys):
     """Real time at a profile is priced, not timed: the same seeds repeat exactly.
 
-    AR, heisd and heisd_behind (every step may run unverified and is checked behind, so the
-    device timeline has checks to wait for). With wall-clock latencies the runs differ.
+    AR, heisd, heisd_behind (every step may run unverified and is checked behind, so the
+    device timeline has checks to wait for) and heisd_deadline (its checks run on a thread of
+    their own). With wall-clock latencies the runs differ.
     """
     _, target, db = setup
     skip_all = route_all_calibration(tmp_path / "skip_all.json", skip_threshold=0.0)
     common = ["--suites", SUITE, "--tasks", TASK, "--episodes", "2", "--max-steps", "12",
               "--image-size", SIZE, "--methods", "ar", "heisd", "heisd_behind",
-              "--target", target, "--db", db, "--calibration", str(skip_all),
+              "heisd_deadline", "--target", target, "--db", db, "--calibration", str(skip_all),
               "--skip-threshold", "0.0", "--real-time", "--latency-profile", "openvla-7b-paper"]
     results = []
     for run in ("a", "b"):
@@ -167,7 +168,7 @@ def test_two_runs_at_a_latency_profile_give_identical_episodes(setup, tmp_path, 
     assert a["config"]["latency_profile"] == "openvla-7b-paper"
     assert a["episodes"] == b["episodes"]
     assert a["config"]["retrieval_deadline_ms"] == 0.0   # a wall-clock deadline depends on load
-    for method in ("ar", "heisd", "heisd_behind"):
+    for method in ("ar", "heisd", "heisd_behind", "heisd_deadline"):
         assert a["suites"][SUITE][method]["real_time"] == b["suites"][SUITE][method]["real_time"]
     # AR's command age is the paper's step, every time.
     ar = a["suites"][SUITE]["ar"]["real_time"]
