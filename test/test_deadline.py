@@ -183,3 +183,24 @@ def test_a_completion_counts_towards_the_run_bound(tiny_trained_vla):
     assert after.record.behind_result == BEHIND_CONFIRMED
     assert "verify (deadline): 1 unverified step(s) in a row" in after.record.why
     assert after.stats.completed_tokens == 0 and after.record.unverified_run == 0
+
+
+def test_a_completed_step_is_marked_not_verified_in_the_node_messages(tiny_trained_vla):
+    from builtin_interfaces.msg import Time
+    from heisd_ros.msg import EECommand
+
+    from heisd_ros.nodes.policy_decoders import NodeDecoder
+    from heisd_ros.nodes.policy_messages import command_msg, hybrid_step_msg
+
+    vla = tiny_trained_vla
+    loop = Loop(vla, "heisd_deadline", config=BEHIND)
+    first_verified(loop, vla)
+    loop.step([point(target_action(vla, loop, 1), 1)])  # the router's window fills (proprio)
+    adapter = NodeDecoder(loop.decoder)
+    loop.decode = lambda obs, ee_positions_m: adapter.decode(obs)
+    step = loop.step([other_demo(shifted(target_action(vla, loop, 2), 3, by=20), 2)])
+    msg = hybrid_step_msg(step, 2, Time(), "base_link", "t", True)
+    assert msg.skip_rule == "deadline" and msg.checked_behind and not msg.verify_skipped, msg.why
+    assert msg.target_forwards == 1 and msg.unverified_run == 2
+    command = command_msg(step, 2, Time(), "base_link")
+    assert command.source == EECommand.SOURCE_RETRIEVAL_SKIP and not command.gripper_from_target

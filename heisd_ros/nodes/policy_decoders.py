@@ -45,6 +45,7 @@ import numpy as np
 
 from heisd_ros import decoder_loader as loader
 from heisd_ros.decoding.interface import DRAFT_DRAFTER, DRAFT_RETRIEVAL
+from heisd_ros.decoding.unverified import RULE_DEADLINE
 from heisd_ros.kinematics.router import router_stats_files
 from heisd_ros.robot.base import CommandSource
 
@@ -215,7 +216,9 @@ class NodeDecoder:
         """Decode one action; its command source says who produced the arm part."""
         result = self.decoder.decode(observation)
         fields = result.msg_fields()
-        skipped = bool(fields.get("verify_skipped"))
+        # A step completed at the deadline ran the target, but its last tokens (the gripper's
+        # among them) are checked only behind: its command is marked as not verified.
+        skipped = bool(fields.get("verify_skipped")) or fields.get("skip_rule") == RULE_DEADLINE
         draft = fields.get("draft_source")
         if skipped:
             source = CommandSource.RETRIEVAL_SKIP
