@@ -5,8 +5,8 @@
 the prefill (or also for the prefill itself with ``draft_in_prefill=True``, which retrieval
 uses so a fully accepted draft costs one target forward). With ``forward_budget`` and
 ``complete``, an action still incomplete after that many target forwards is handed to
-``complete`` (``heisd_deadline``: it fills in the rest from a retrieved draft and has the
-rest verified behind). Results are
+``complete`` (``heisd_deadline``: it fills in the rest from the target's predictions along
+the draft and has the rest verified behind). Results are
 :class:`~heisd_ros.decoding.interface.ActionResult` without a path record.
 """
 
@@ -51,9 +51,11 @@ class ActionDecoder(Decoder):
 
         ``complete(state, last_round)``: with ``forward_budget``, called once the action is
         still incomplete after that many target forwards (``last_round``: the last
-        ``RoundResult``); returns the remaining action token ids (they end the action
-        unverified; ``state``, holding the verified ones, is the caller's from then on) or
-        None (decoding goes on).
+        ``RoundResult``); returns the remaining action token ids, having started the check
+        of them behind from ``state`` (they end the action unverified; ``state``, holding the
+        verified ones, is the caller's from then on), or None (decoding goes on). The stats
+        then carry that check as the forward the action left out (``check_tokens``,
+        ``check_from_cache``).
         """
         if draft_in_prefill and source is None:
             raise ValueError("draft_in_prefill: needs a draft source")
@@ -120,8 +122,10 @@ class ActionDecoder(Decoder):
                 seen_next = torch.cat([seen_next, result.next_embeds], dim=1)
             if (self.complete is not None and len(state.action_tokens) < ACTION_DIM
                     and stats.target_forwards >= self.forward_budget):
+                pending = int(state.pending_embeds.shape[1])
                 tail = [int(t) for t in self.complete(state, result) or ()]
                 if tail:
+                    stats.check_tokens, stats.check_from_cache = (pending, len(tail)), True
                     break
         stats.draft_source = "+".join(sorted(set(sources)))
         stats.stage_ms = clock.finish()

@@ -280,8 +280,6 @@ class HybridDecoder(Decoder):
         #: a latency profile sets the profile's prices (``heisd_ros.latency.pricing.work_ms``),
         #: so the choices, and the run, do not depend on this machine's load.
         self.path_pricing = None
-        #: (context, tree) tokens of the ``deadline`` check the last completion started.
-        self._deadline_check_tokens: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ episodes
     def begin_episode(self, task: str | None = None) -> None:
@@ -416,9 +414,7 @@ class HybridDecoder(Decoder):
                       if sw.follow and use_retrieval else None)
             if result.stats.completed_tokens:
                 record.skip_rule, record.unverified_run = RULE_DEADLINE, trail.run + 1
-                record.checked_behind = True
-                result.stats.check_tokens = self._deadline_check_tokens
-                result.stats.check_from_cache = True
+                record.checked_behind = True   # the stats carry the check (ActionDecoder)
             elif self._checker is not None and self._checker.pending:
                 # A verified step needs no verdict first: its forwards overlap the check.
                 verdict = self._collect_verdict(record, notes)
@@ -548,8 +544,6 @@ class HybridDecoder(Decoder):
             if problem:
                 notes.append(f"verify ({RULE_DEADLINE}): {problem}")
                 return None
-            self._deadline_check_tokens = (int(state.pending_embeds.shape[1]),
-                                           ACTION_DIM - first)
             self._checker.start_from(state, bins, episode.step_index if episode else -1,
                                      RULE_DEADLINE)
             notes.append(f"completed at the deadline ({RULE_DEADLINE}, run {trail.run + 1}): "

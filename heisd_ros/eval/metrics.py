@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from heisd_ros.actions.groups import ACTION_GROUPS, group_of_dim
+from heisd_ros.decoding.unverified import RULE_DEADLINE
 
 #: Normal quantile of a two-sided 95% interval.
 Z_95 = 1.959963984540054
@@ -161,7 +162,7 @@ def checks_summary(episodes: Sequence[Sequence[dict]]) -> dict:
            for s in steps if "cpu_ms" in s]
     # A ``deadline`` step ran target forwards, but its last tokens only get checked behind.
     completed = [s for s in steps if not s["verify_skipped"]
-                 and (s.get("hybrid") or {}).get("skip_rule") == "deadline"]
+                 and (s.get("hybrid") or {}).get("skip_rule") == RULE_DEADLINE]
     behind_steps = skipped + completed
     checked_behind = sum(1 for s in behind_steps if s.get("behind"))
     verified = len(steps) - len(behind_steps)
