@@ -141,8 +141,8 @@ def cpu_index_answers(url: str) -> bool:
         return False
 
 
-def local_cpu_wheel(python: str, torch_spec: str) -> Path | None:
-    """A CPU wheel of the pinned torch in a find-links folder of this machine's pip config."""
+def local_cpu_wheel(python: str, tag: str, torch_spec: str) -> Path | None:
+    """A CPU wheel of the pinned torch for ``tag`` (e.g. cp311) in ``python``'s find-links."""
     version = torch_spec.partition("==")[2]
     if not version:
         return None
@@ -151,7 +151,6 @@ def local_cpu_wheel(python: str, torch_spec: str) -> Path | None:
     folders = [folder for line in listed.splitlines() if "find-links" in line
                for folder in line.split("=", 1)[1].strip("'\" ").split()]
     folders += os.environ.get("PIP_FIND_LINKS", "").split()
-    tag = python_tag(python)
     for folder in folders:
         for wheel in sorted(Path(folder).glob(f"torch-{version}+cpu-{tag}-*.whl")):
             return wheel
@@ -190,7 +189,7 @@ def main() -> int:
     if cpu_index_answers(opts.cpu_index_url):
         where, extra, allowed = opts.cpu_index_url, ["--extra-index-url", opts.cpu_index_url], set()
         cpu_reqs = [r if r != torch_spec else f"{torch_spec}+cpu" for r in cpu_reqs]
-    elif (wheel := local_cpu_wheel(opts.python, torch_spec)) is not None:
+    elif (wheel := local_cpu_wheel(opts.python, tag, torch_spec)) is not None:
         where, extra = f"the local wheel {wheel.name} ({opts.cpu_index_url} did not answer)", []
         allowed = {wheel.as_uri()}
         cpu_reqs = [r if r != torch_spec else str(wheel) for r in cpu_reqs]
