@@ -99,7 +99,12 @@ def train(args) -> dict:
     from heisd_ros.models.small_vla import SmallVLA
     from heisd_ros.models.small_vla_config import SmallVLAConfig
     from heisd_ros.training.demo_cache import split_episodes
-    from heisd_ros.training.vla_training import VLATrainConfig, VLATrainer, closed_loop_success
+    from heisd_ros.training.vla_training import (
+        Anchor,
+        VLATrainConfig,
+        VLATrainer,
+        closed_loop_success,
+    )
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -146,7 +151,8 @@ def train(args) -> dict:
                                 freeze_vision=args.freeze_vision,
                                 train_only=tuple(args.train_only),
                                 pathway_lr_factor=args.pathway_lr_factor,
-                                gripper_change_weight=args.gripper_change_weight)
+                                gripper_change_weight=args.gripper_change_weight,
+                                anchor_weight=args.anchor_weight if args.anchor_to else 0.0)
         if init is not None:
             vla = init
         else:
@@ -156,7 +162,13 @@ def train(args) -> dict:
         # Training uses PyTorch's fused attention; the checkpoint keeps the config's
         # (mask-capable) implementation for the decoders.
         vla.net.llm.set_attn_implementation("sdpa")
-        trainer = VLATrainer(vla, cache, train_index, config, stats)
+        anchor = None
+        if args.anchor_to:
+            suites = args.anchor_suites or sorted({n.split("/", 1)[0]
+                                                   for n in cache.episode_names})
+            anchor = Anchor(load_small_vla(args.anchor_to), tuple(suites))
+            anchor.teacher.net.llm.set_attn_implementation("sdpa")
+        trainer = VLATrainer(vla, cache, train_index, config, stats, anchor)
         if args.resume:
             trainer.load_state_dict(torch.load(state_path, weights_only=False))
         rng = np.random.default_rng(args.seed + 1)
@@ -176,7 +188,9 @@ def train(args) -> dict:
                 metrics = trainer.train_step()
                 bar.update(1)
                 bar.set_postfix(loss=f"{metrics['loss']:.3f}", acc=f"{metrics['acc']:.2f}",
-                                lr=f"{metrics['lr']:.1e}")
+                                lr=f"{metrics['lr']:.1e}",
+                                **({"kl": f"{metrics['anchor_kl']:.3f}"}
+                                   if "anchor_kl" in metrics else {}))
                 last = trainer.step == config.steps
                 if trainer.step % args.val_every == 0 or last:
                     val = trainer.evaluate(val_subset)
@@ -368,6 +382,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     group.add_argument("--freeze-vision", action="store_true",
                        help="keep the main vision encoder as the starting model has it; "
                             "train the projector and the decoder")
+    group.add_argument("--anchor-to", default=None, metavar="SAFETENSORS",
+                       help="keep the model close to this fixed one (usually --init-from's) on "
+                            "the steps of --anchor-suites: --anchor-weight x the KL divergence "
+                            "from its action distributions joins the loss (learning without "
+                            "forgetting); needs its action bins")
+    group.add_argument("--anchor-weight", type=float, default=1.0,
+                       help="weight of the anchor's KL term (with --anchor-to)")
+    group.add_argument("--anchor-suites", nargs="+", default=None, metavar="SUITE",
+                       help="the suites whose steps are anchored (default: every suite in "
+                            "the data)")
     group.add_argument("--train-only", nargs="+", default=[], metavar="PREFIX",
                        help="train only the parameters whose names start with a PREFIX, "
                             "e.g. subgoal.embed. (a subgoal pathway's embedding; every other "
@@ -438,6 +462,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                      "--new-action-stats to compute new ones")
     if not 0.0 <= args.action_quantile < 0.5:
         parser.error(f"--action-quantile: expected [0, 0.5), got {args.action_quantile}")
+    if args.anchor_to and not args.anchor_weight > 0:
+        parser.error(f"--anchor-weight: expected > 0 with --anchor-to, got {args.anchor_weight}")
+    if args.anchor_suites and not args.anchor_to:
+        parser.error("--anchor-suites: only with --anchor-to (the model to stay close to)")
     if args.train_only and args.freeze_vision:
         parser.error("--train-only: not with --freeze-vision (name what trains instead)")
     if args.pretrain_vision_steps and not args.aux_weight > 0:

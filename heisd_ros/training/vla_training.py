@@ -78,6 +78,10 @@ class VLATrainConfig:
             trained decoder is fine-tuned with a small rate; at the decoder's rate it stays
             too small to be read (a norm of 0.25 against the token's 5 after 3000 steps at
             1e-4).
+        anchor_weight: weight of the anchor term (:class:`Anchor`, "learning without
+            forgetting", Li & Hoiem 2016): the KL divergence from a fixed model's action
+            distributions to the trained model's, on the batch's anchored steps, added to
+            the action loss. 0 = none; > 0 needs an ``Anchor`` passed to the trainer.
     """
 
     steps: int = 3000
@@ -96,6 +100,7 @@ class VLATrainConfig:
     gripper_change_span: int = 3
     train_only: tuple[str, ...] = ()
     pathway_lr_factor: float = 1.0
+    anchor_weight: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "train_only", tuple(self.train_only))
@@ -120,7 +125,7 @@ class VLATrainConfig:
         if not (math.isfinite(self.gripper_change_weight) and self.gripper_change_weight >= 1):
             raise ValueError(f"gripper_change_weight: expected a finite value >= 1, got "
                              f"{self.gripper_change_weight!r}")
-        for name in ("aux_weight", "pathway_lr_factor"):
+        for name in ("aux_weight", "pathway_lr_factor", "anchor_weight"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}: expected a finite value >= 0, got {value!r}")
@@ -279,6 +284,47 @@ class Batch(NamedTuple):
     subgoal_words: torch.Tensor | None  # (B, W) the subgoal pathway's ids; None without one
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """A fixed model the fine-tuned one is kept close to on some of the data.
+
+    Fine-tuning a trained policy on a new suite forgets the old ones (every full fine-tune
+    of the shipped model has lost static-suite successes). On the anchored steps (those of
+    ``suites``) the trainer adds ``anchor_weight`` x the KL divergence from ``teacher``'s
+    seven action-token distributions to the student's, on the same augmented images and
+    teacher-forced expert tokens: the old behaviour is a target there, beside the
+    demonstrations. The teacher needs the student's action bins.
+
+    Attributes:
+        teacher: the fixed model (usually the one the fine-tune starts from); never trained.
+        suites: the suites whose steps are anchored (the episode name's first part).
+    """
+
+    teacher: SmallVLA
+    suites: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "suites", tuple(self.suites))
+        if not self.suites:
+            raise ValueError("Anchor: name at least one suite whose steps are anchored")
+
+    def mask(self, cache: DemoCache) -> np.ndarray:
+        """(steps,) bool: the cache's steps whose episode belongs to an anchored suite."""
+        suite_of = np.array([name.split("/", 1)[0] for name in cache.episode_names])
+        missing = sorted(set(self.suites) - set(suite_of.tolist()))
+        if missing:
+            raise ValueError(f"Anchor: no demonstrations of {missing} (the data has "
+                             f"{sorted(set(suite_of.tolist()))})")
+        return np.isin(suite_of[cache.episode], self.suites)
+
+
+def anchor_kl(teacher_logits: torch.Tensor, student_logits: torch.Tensor) -> torch.Tensor:
+    """Mean over samples and tokens of KL(teacher || student) of (B, 7, 256) action logits."""
+    target = F.log_softmax(teacher_logits.float(), dim=-1)
+    return F.kl_div(F.log_softmax(student_logits, dim=-1), target, log_target=True,
+                    reduction="none").sum(-1).mean()
+
+
 def _seeded(seed: int, build: Callable):
     """``build()`` with the torch RNG seeded by ``seed`` (the global RNG is left as it was)."""
     with torch.random.fork_rng():
@@ -290,11 +336,32 @@ class VLATrainer:
     """Mini-batch behaviour cloning with AdamW; its whole state is resumable."""
 
     def __init__(self, vla: SmallVLA, cache: DemoCache, train_index: np.ndarray,
-                 config: VLATrainConfig, stats: ActionStats):
+                 config: VLATrainConfig, stats: ActionStats, anchor: Anchor | None = None):
         from heisd_ros.training.subgoal import subgoal_targets
         from heisd_ros.training.vision_pretraining import VisionAuxHead, aux_targets
 
         self.vla, self.cache, self.config = vla, cache, config
+        if (anchor is None) != (config.anchor_weight == 0):
+            raise ValueError("anchor: pass an Anchor exactly when anchor_weight > 0 (got "
+                             f"weight {config.anchor_weight} and "
+                             f"{'an' if anchor else 'no'} anchor)")
+        self.anchor = anchor
+        self.anchored = None  # (steps,) bool, the anchored steps
+        if anchor is not None:
+            theirs = getattr(anchor.teacher, "action_stats", None) or ActionStats()
+            if not all(np.array_equal(getattr(theirs, k), getattr(stats, k))
+                       for k in ("q01", "q99", "mask")):
+                raise ValueError("anchor: the teacher's action bins differ from the "
+                                 "student's; its distributions would be over other bins")
+            self.anchored = anchor.mask(cache)
+            anchor.teacher.net.eval()
+            for param in anchor.teacher.net.parameters():
+                param.requires_grad_(False)
+            words = list(cache.episode_instructions)
+            self.teacher_prompts = [anchor.teacher.prompt_ids(text) for text in words]
+            self.teacher_words = anchor.teacher.net.vision.word_ids(words)
+            pathway = anchor.teacher.net.subgoal
+            self.teacher_subgoal_words = None if pathway is None else pathway.word_ids(words)
         self.train_index = np.asarray(train_index)
         self.codec = ActionCodec(stats)
         self.bins = np.stack([self.codec.encode(a) for a in cache.actions])
@@ -403,15 +470,20 @@ class VLATrainer:
             group["lr"] = lr * group.get("lr_factor", 1.0)  # a state saved before factors
         self.vla.net.train()
         features = self.vla.net.vision.features(normalise_pixels(images), batch.words)
-        loss, predicted, _ = action_loss(self.vla, images, prompts, bins, proprio,
-                                         cfg.label_sigma_bins, features=features,
-                                         subgoal_words=batch.subgoal_words)
+        loss, predicted, logits = action_loss(self.vla, images, prompts, bins, proprio,
+                                              cfg.label_sigma_bins, features=features,
+                                              subgoal_words=batch.subgoal_words)
         correct = predicted == torch.as_tensor(bins)
         if self.aux_head is not None:
             from heisd_ros.training.vision_pretraining import aux_loss
 
             loss = loss + cfg.aux_weight * aux_loss(self.aux_head, features, proprio,
                                                     self.aux_targets[index])
+        kl = None
+        if self.anchor is not None:
+            kl = self._anchor_term(index, batch, logits)
+            if kl is not None:
+                loss = loss + cfg.anchor_weight * kl
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([p for group in self.optimizer.param_groups
@@ -419,7 +491,34 @@ class VLATrainer:
         self.optimizer.step()
         self.step += 1
         self.last_loss = float(loss.detach())
-        return {"loss": self.last_loss, "acc": float(correct.float().mean()), "lr": lr}
+        out = {"loss": self.last_loss, "acc": float(correct.float().mean()), "lr": lr}
+        if kl is not None:
+            out["anchor_kl"] = float(kl.detach())
+        return out
+
+    def teacher_logits(self, index: np.ndarray, batch: Batch) -> torch.Tensor:
+        """The anchor's teacher's (B, 7, 256) action logits on ``batch`` (no gradient)."""
+        teacher = self.anchor.teacher
+        rows = torch.as_tensor(self.cache.episode[index])
+        with torch.no_grad():
+            return action_loss(
+                teacher, batch.images, [self.teacher_prompts[e] for e in rows.tolist()],
+                batch.bins, batch.proprio,
+                words=None if self.teacher_words is None else self.teacher_words[rows],
+                subgoal_words=(None if self.teacher_subgoal_words is None
+                               else self.teacher_subgoal_words[rows])).logits
+
+    def _anchor_term(self, index: np.ndarray, batch: Batch,
+                     logits: torch.Tensor) -> torch.Tensor | None:
+        """KL(teacher || student) on the batch's anchored samples; None when it has none."""
+        keep = self.anchored[index]
+        if not keep.any():
+            return None
+        rows = np.flatnonzero(keep)
+        part = Batch(batch.images[rows], [batch.prompts[i] for i in rows], batch.bins[rows],
+                     batch.proprio[rows], None, None)
+        return anchor_kl(self.teacher_logits(index[rows], part),
+                         logits[torch.as_tensor(rows)]) * (len(rows) / len(index))
 
     @torch.no_grad()
     def evaluate(self, index: np.ndarray, batch_size: int = 64) -> dict:
@@ -432,14 +531,22 @@ class VLATrainer:
         self.vla.net.eval()
         total, n, correct, exact = 0.0, 0, 0, 0
         bin_error, aux_total, pathway_total = np.zeros(ACTION_DIM), 0.0, 0.0
+        kl_total, kl_n = 0.0, 0
         for start in range(0, len(index), batch_size):
             chunk = np.asarray(index[start:start + batch_size])
             batch = self._batch(chunk, augment=False)
             images, prompts, bins, proprio = batch.images, batch.prompts, batch.bins, batch.proprio
             features = self.vla.net.vision.features(normalise_pixels(images), batch.words)
-            loss, predicted, _ = action_loss(self.vla, images, prompts, bins, proprio,
-                                             features=features,
-                                             subgoal_words=batch.subgoal_words)
+            loss, predicted, logits = action_loss(self.vla, images, prompts, bins, proprio,
+                                                  features=features,
+                                                  subgoal_words=batch.subgoal_words)
+            if self.anchor is not None and self.anchored[chunk].any():
+                rows = np.flatnonzero(self.anchored[chunk])
+                part = Batch(images[rows], [prompts[i] for i in rows], bins[rows],
+                             proprio[rows], None, None)
+                kl_total += float(anchor_kl(self.teacher_logits(chunk[rows], part),
+                                            logits[torch.as_tensor(rows)])) * len(rows)
+                kl_n += len(rows)
             if self.pathway_targets is not None:
                 from heisd_ros.training.subgoal import pathway_loss
 
@@ -462,7 +569,8 @@ class VLATrainer:
                 "bin_error": (bin_error / max(n, 1)).round(2).tolist(),
                 **({"aux_loss": aux_total / max(n, 1)} if self.aux_head is not None else {}),
                 **({"pathway_loss": pathway_total / max(n, 1)}
-                   if self.pathway_targets is not None else {})}
+                   if self.pathway_targets is not None else {}),
+                **({"anchor_kl": kl_total / kl_n} if kl_n else {})}
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights, optimiser, step, batch RNG."""
