@@ -23,7 +23,7 @@ builds on decoding.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,9 @@ CLI_NAMES = {"drafter_path": "--drafter", "target": "--target", "db_dir": "--db"
              "retrieval_tree_nodes": "--retrieval-tree-nodes", "skip_threshold": "--skip-threshold",
              "router_threshold": "--router-threshold", "max_unverified_run": "--max-unverified-run",
              "follow_min_similarity": "--follow-min-similarity",
-             "router_min_points": "--router-min-points"}
+             "router_min_points": "--router-min-points",
+             "accept_token_max_bins": "--accept-token-max-bins",
+             "accept_group_sum_max_bins": "--accept-group-sum-max-bins"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ class DecoderOptions:
         max_unverified_run: most unverified steps in a row, every rule; None: the defaults.
         follow_min_similarity: the follow rule's least similarity; None: the default.
         router_min_points: fewest EE positions the router decides from; None: a full window.
+        accept_token_max_bins, accept_group_sum_max_bins: the sequence-wise relaxed
+            acceptance of retrieval drafts (and of the checks behind): most bins one token, and
+            a group's tokens together, may differ from the target's; None: the paper's 15 and
+            30 (``GroupAcceptConfig``).
         names: how the front end spells each field (and ``target``) in messages.
     """
 
@@ -82,6 +88,8 @@ class DecoderOptions:
     max_unverified_run: int | None = None
     follow_min_similarity: float | None = None
     router_min_points: int | None = None
+    accept_token_max_bins: int | None = None
+    accept_group_sum_max_bins: int | None = None
     names: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -130,8 +138,22 @@ class DecoderOptions:
         return RetrievalSourceConfig(**changes) if changes else None
 
     def hybrid_options(self) -> dict:
-        """Further ``HybridConfig`` fields: the unverified limits and the router's points."""
+        """Further ``HybridConfig`` fields: unverified limits, router points, tolerances."""
         options = {}
+        if self.accept_token_max_bins is not None or self.accept_group_sum_max_bins is not None:
+            from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig
+
+            accept = GroupAcceptConfig()
+            for option, key in (("accept_token_max_bins", "token_max_bins"),
+                                ("accept_group_sum_max_bins", "group_sum_max_bins")):
+                value = getattr(self, option)
+                if value is not None:
+                    if isinstance(value, bool) or int(value) != value:
+                        raise ValueError(f"{self.name(option)}: expected a whole number of "
+                                         f"bins, got {value!r}")
+                    accept = self._checked(option, lambda a=accept, k=key, v=int(value):
+                                           replace(a, **{k: v}))
+            options["group_accept"] = accept
         if self.max_unverified_run is not None or self.follow_min_similarity is not None:
             from heisd_ros.decoding.unverified import UnverifiedConfig
 

@@ -76,6 +76,9 @@ def test_heisd_eval_refuses_a_calibration_of_another_model(tiny_target_path, tmp
     ("max_unverified_run", -1, "--max-unverified-run: max_run: expected an int >= 0"),
     ("follow_min_similarity", 1.5, "--follow-min-similarity: follow_min_similarity"),
     ("retrieval_deadline_s", -0.001, "--retrieval-deadline-ms: deadline_s"),
+    ("accept_token_max_bins", 256, "--accept-token-max-bins: token_max_bins: expected 0..255"),
+    ("accept_group_sum_max_bins", -1, "--accept-group-sum-max-bins: group_sum_max_bins"),
+    ("accept_token_max_bins", 2.5, "--accept-token-max-bins: expected a whole number"),
 ])
 def test_options_check_themselves_and_say_which_option(field, value, says):
     with pytest.raises(ValueError) as error:
@@ -83,6 +86,22 @@ def test_options_check_themselves_and_say_which_option(field, value, says):
     assert str(error.value).startswith(says), error.value
     with pytest.raises(ValueError, match=f"^{field}"):   # unnamed: the field's own name
         DecoderOptions(**{field: value})
+
+
+def test_the_relaxed_acceptance_tolerances_reach_the_hybrid_decoder(tiny_random_vla):
+    from heisd_ros.decoding.builder import build_decoder
+    from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig
+
+    loaded = load_resources(tiny_random_vla, ["retrieval"],
+                            DecoderOptions(accept_token_max_bins=5, accept_group_sum_max_bins=10))
+    decoder = build_decoder("retrieval", loaded.resources)
+    assert decoder.config.group_accept == GroupAcceptConfig(group_sum_max_bins=10,
+                                                            token_max_bins=5)
+    one = load_resources(tiny_random_vla, ["retrieval"], DecoderOptions(accept_token_max_bins=4))
+    assert build_decoder("retrieval", one.resources).config.group_accept == GroupAcceptConfig(
+        token_max_bins=4)   # the other tolerance stays the paper's
+    assert "group_accept" not in load_resources(tiny_random_vla, ["heisd"],
+                                                DecoderOptions()).resources.options
 
 
 def test_router_statistics_of_a_suite(tmp_path):

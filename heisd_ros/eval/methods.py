@@ -254,7 +254,10 @@ def options_from_args(args) -> DecoderOptions:
         router_threshold=getattr(args, "router_threshold", None),
         max_unverified_run=args.max_unverified_run,
         follow_min_similarity=getattr(args, "follow_min_similarity", None),
-        router_min_points=getattr(args, "router_min_points", None), names=CLI_NAMES)
+        router_min_points=getattr(args, "router_min_points", None),
+        accept_token_max_bins=getattr(args, "accept_token_max_bins", None),
+        accept_group_sum_max_bins=getattr(args, "accept_group_sum_max_bins", None),
+        names=CLI_NAMES)
 
 
 def context_from_args(args, methods, warn=None,

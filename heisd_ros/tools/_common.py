@@ -97,6 +97,16 @@ def add_decoder_arguments(parser, closed_loop: bool = False) -> None:
                              "point for a step to follow it without the target VLA (methods "
                              "with the follow rule; default "
                              f"{UnverifiedConfig().follow_min_similarity:g})")
+    from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig
+
+    paper = GroupAcceptConfig()
+    parser.add_argument("--accept-token-max-bins", type=int, default=None, metavar="N",
+                        help="relaxed acceptance of retrieval drafts and checks behind: most "
+                             "bins a draft token may differ from the target's (hybrid "
+                             f"methods; default {paper.token_max_bins}, the paper's)")
+    parser.add_argument("--accept-group-sum-max-bins", type=int, default=None, metavar="N",
+                        help="the same for a group's tokens together (default "
+                             f"{paper.group_sum_max_bins}, the paper's)")
     parser.add_argument("--router-min-points", type=int, default=None, metavar="N",
                         help="fewest EE positions from which the router decides (3..its "
                              "window); the first steps of an episode, with fewer, are "

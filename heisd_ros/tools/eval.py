@@ -161,6 +161,7 @@ def run(args):
     """Evaluate; returns (result JSON, episode runs)."""
     from tqdm import tqdm
 
+    from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig
     from heisd_ros.decoding.retrieval_source import RetrievalSourceConfig
     from heisd_ros.decoding.retrieval_tree import GroupTreeConfig
     from heisd_ros.decoding.unverified import UnverifiedConfig
@@ -233,6 +234,12 @@ def run(args):
                                         if args.follow_min_similarity is not None
                                         else UnverifiedConfig().follow_min_similarity),
               "router_min_points": args.router_min_points or 0,
+              "accept_token_max_bins": (args.accept_token_max_bins
+                                        if args.accept_token_max_bins is not None
+                                        else GroupAcceptConfig().token_max_bins),
+              "accept_group_sum_max_bins": (args.accept_group_sum_max_bins
+                                            if args.accept_group_sum_max_bins is not None
+                                            else GroupAcceptConfig().group_sum_max_bins),
               "retrieval_deadline_ms": (args.retrieval_deadline_ms
                                         if args.retrieval_deadline_ms is not None
                                         else RetrievalSourceConfig().deadline_s * 1e3)}
