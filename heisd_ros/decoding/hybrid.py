@@ -56,7 +56,7 @@ from heisd_ros.data.observation import (
 )
 from heisd_ros.decoding.acceptance import AcceptanceRule, RelaxedRule, VerifyView, exact_rule
 from heisd_ros.decoding.behind import BehindChecker, CheckVerdict
-from heisd_ros.decoding.deadline import predicted_tail
+from heisd_ros.decoding.deadline import completion_at_deadline
 from heisd_ros.decoding.decoder import ActionDecoder
 from heisd_ros.decoding.draft_source import AcceptedDraft, DraftContext, DraftSource
 from heisd_ros.decoding.drafter_source import DrafterSource, DraftTreeConfig
@@ -403,7 +403,9 @@ class HybridDecoder(Decoder):
                     verdict = self._collect_verdict(record, notes)
                     collected = True
                 if verdict is None or verdict.confirmed:
-                    complete = self._completion(episode, trail, notes)
+                    complete = completion_at_deadline(
+                        self.target.actions, self.codec, self._checker, self.config.unverified,
+                        episode, trail, notes)
                 else:
                     notes.append("no completion at the deadline: the check behind rejected "
                                  "the last action")
@@ -515,44 +517,6 @@ class HybridDecoder(Decoder):
             return candidate, rule
         return None
 
-    def _completion(self, episode: EpisodeState | None, trail: Trail, notes: list[str]):
-        """``heisd_deadline``: what completes an action still incomplete at the budget.
-
-        The rest of the action is the target's own prediction along the drafted branch
-        nearest its tokens (:func:`heisd_ros.decoding.deadline.predicted_tail`, from the
-        last forward; no further forward), under the bounds of any unverified action (gripper
-        kept, per-command limits, the run bound); the check behind then verifies it from the
-        step's own decode state.
-        """
-        cfg = self.config.unverified
-        actions = self.target.actions
-
-        def complete(state, last) -> list[int] | None:
-            first = len(state.action_tokens)
-            verified = np.asarray(actions.bin_of_token(
-                np.asarray(state.action_tokens, np.int64)), np.int64)
-            rest = predicted_tail(last.tree.parents, actions.bin_of_token(last.tree.tokens),
-                                  last.target_bins, last.path, int(verified[-1]),
-                                  ACTION_DIM - first)
-            if rest is None:
-                notes.append(f"verify ({RULE_DEADLINE}): the draft tree ends before position "
-                             f"{ACTION_DIM - 1}")
-                return None
-            bins = np.concatenate([verified, np.asarray(rest, np.int64)])
-            problem = unverified_problem(self.codec.decode(bins), episode, trail.run,
-                                         cfg.behind_max_run, cfg)
-            if problem:
-                notes.append(f"verify ({RULE_DEADLINE}): {problem}")
-                return None
-            self._checker.start_from(state, bins, episode.step_index if episode else -1,
-                                     RULE_DEADLINE)
-            notes.append(f"completed at the deadline ({RULE_DEADLINE}, run {trail.run + 1}): "
-                         f"{first} token(s) verified, {ACTION_DIM - first} predicted along "
-                         f"the draft, checked behind")
-            return [int(t) for t in actions.token_of_bin(np.asarray(rest, np.int64))]
-
-        return complete
-
     def _skipped(self, candidate: Candidate, prefix) -> ActionResult:
         bins = np.asarray(candidate.bins, dtype=np.int64)
         stats = StepStats(tokens_from_draft=ACTION_DIM, draft_source="retrieval")
@@ -566,7 +530,7 @@ class HybridDecoder(Decoder):
         """Decode with the target.
 
         ``complete`` (with a retrieval draft): ``heisd_deadline``'s completion at
-        ``deadline_forwards`` (:meth:`_completion`).
+        ``deadline_forwards`` (:func:`~heisd_ros.decoding.deadline.completion_at_deadline`).
         """
         tail = None
         if outcome is not None:
