@@ -317,6 +317,24 @@ def test_the_follow_similarity_parameter_reaches_the_decoder(tiny, tmp_path, sim
         ModelConfig(follow_min_similarity=1.5)
 
 
+def test_the_acceptance_tolerance_parameters_reach_the_decoder(tiny, tmp_path):
+    from heisd_ros.decoding.retrieval_accept import GroupAcceptConfig
+
+    _root, vla, target, head = tiny
+    db = tmp_path / "db"
+    _router_stats(db, SUITE)
+    _calibration(db)
+    for token, group, want in ((-1, -1, GroupAcceptConfig()),
+                               (5, 10, GroupAcceptConfig(token_max_bins=5, group_sum_max_bins=10))):
+        decoder = pd.build_decoder("heisd_behind", target, ModelConfig(
+            path=vla, drafter_path=head, db_dir=str(db), accept_token_max_bins=token,
+            accept_group_sum_max_bins=group))
+        decoder.begin_episode(TASK)
+        assert decoder.decoder.current.config.group_accept == want
+    with pytest.raises(ValueError, match="^model.accept_token_max_bins: token_max_bins"):
+        ModelConfig(accept_token_max_bins=300)
+
+
 def test_explicit_router_statistics_that_do_not_load_fail_the_configure_step(tiny, tmp_path):
     _root, vla, target, head = tiny
     config = ModelConfig(path=vla, drafter_path=head,

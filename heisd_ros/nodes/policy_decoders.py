@@ -53,7 +53,9 @@ _LOG = logging.getLogger("heisd_ros.policy")
 #: The ``model.*`` parameters by the loader's option names (for messages).
 NODE_NAMES = {"drafter_path": "model.drafter_path", "db_dir": "model.db_dir",
               "router_stats_path": "model.router_stats_path",
-              "calibration_path": "model.calibration_path"}
+              "calibration_path": "model.calibration_path",
+              "accept_token_max_bins": "model.accept_token_max_bins",
+              "accept_group_sum_max_bins": "model.accept_group_sum_max_bins"}
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,10 @@ class ModelConfig:
             default (2).
         follow_min_similarity: the follow rule's least cosine similarity of the followed
             demonstration's next point (``UnverifiedConfig``); -1 = the default (0.90).
+        accept_token_max_bins, accept_group_sum_max_bins: the relaxed acceptance of
+            retrieval drafts and checks behind (``GroupAcceptConfig``): most bins a token,
+            and a group's tokens together, may differ from the target's; -1 = the paper's
+            15 and 30.
     """
 
     type: str = "small"
@@ -124,6 +130,8 @@ class ModelConfig:
     gripper_switch_prob: str = ""
     max_unverified_run: int = -1
     follow_min_similarity: float = -1.0
+    accept_token_max_bins: int = -1
+    accept_group_sum_max_bins: int = -1
 
     def __post_init__(self) -> None:
         self.target_choice()  # raises naming the field
@@ -144,6 +152,7 @@ class ModelConfig:
         if not -1.0 <= self.follow_min_similarity <= 1.0:   # NaN too
             raise ValueError(f"follow_min_similarity: expected a cosine in (-1, 1] (or -1: the "
                              f"default), got {self.follow_min_similarity}")
+        loader_options(self)   # the tolerances, checked by the loader, named as parameters
 
     def target_choice(self):
         """The target these parameters name (``heisd_ros.models.loading.TargetChoice``)."""
@@ -293,6 +302,10 @@ def loader_options(config: ModelConfig) -> loader.DecoderOptions:
         max_unverified_run=config.max_unverified_run if config.max_unverified_run >= 0 else None,
         follow_min_similarity=(config.follow_min_similarity
                                if config.follow_min_similarity != -1.0 else None),
+        accept_token_max_bins=(config.accept_token_max_bins
+                               if config.accept_token_max_bins != -1 else None),
+        accept_group_sum_max_bins=(config.accept_group_sum_max_bins
+                                   if config.accept_group_sum_max_bins != -1 else None),
         names={**NODE_NAMES, "target": "model.checkpoint" if config.type == "openvla"
                else "model.path"})
 
