@@ -164,8 +164,7 @@ def train(args) -> dict:
         vla.net.llm.set_attn_implementation("sdpa")
         anchor = None
         if args.anchor_to:
-            suites = args.anchor_suites or sorted({n.split("/", 1)[0]
-                                                   for n in cache.episode_names})
+            suites = args.anchor_suites or sorted(set(cache.episode_suites.tolist()))
             anchor = Anchor(load_small_vla(args.anchor_to), tuple(suites))
             anchor.teacher.net.llm.set_attn_implementation("sdpa")
         trainer = VLATrainer(vla, cache, train_index, config, stats, anchor)
@@ -256,13 +255,12 @@ def pretraining_steps(trainer, suites: list[str] | None, before_grasp: bool,
     cache, index = trainer.cache, trainer.train_index
     keep = np.ones(len(index), bool)
     if suites:
-        known = sorted({name.split("/")[0] for name in cache.episode_names})
+        known = sorted(set(cache.episode_suites.tolist()))
         unknown = sorted(set(suites) - set(known))
         if unknown:
             raise ValueError(f"--pretrain-suites: {unknown} not in the demonstrations; they "
                              f"hold {known}")
-        in_suites = np.array([name.split("/")[0] in suites for name in cache.episode_names])
-        keep &= in_suites[cache.episode[index]]
+        keep &= np.isin(cache.episode_suites, list(suites))[cache.episode[index]]
     if before_grasp:
         keep &= before_first_grasp(cache.actions[:, -1], cache.episode)[index]
     focus = index[keep]

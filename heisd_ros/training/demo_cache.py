@@ -44,6 +44,11 @@ class DemoCache:
     source: str
 
     @property
+    def episode_suites(self) -> np.ndarray:
+        """(episodes,) str: each episode's suite, the first part of its name."""
+        return np.array([name.split("/", 1)[0] for name in self.episode_names])
+
+    @property
     def image_size_px(self) -> int:
         """Side S of the cached images."""
         return int(self.images.shape[2])

@@ -310,7 +310,7 @@ class Anchor:
 
     def mask(self, cache: DemoCache) -> np.ndarray:
         """(steps,) bool: the cache's steps whose episode belongs to an anchored suite."""
-        suite_of = np.array([name.split("/", 1)[0] for name in cache.episode_names])
+        suite_of = cache.episode_suites
         missing = sorted(set(self.suites) - set(suite_of.tolist()))
         if missing:
             raise ValueError(f"Anchor: no demonstrations of {missing} (the data has "
@@ -508,17 +508,25 @@ class VLATrainer:
                 subgoal_words=(None if self.teacher_subgoal_words is None
                                else self.teacher_subgoal_words[rows])).logits
 
-    def _anchor_term(self, index: np.ndarray, batch: Batch,
-                     logits: torch.Tensor) -> torch.Tensor | None:
-        """KL(teacher || student) on the batch's anchored samples; None when it has none."""
-        keep = self.anchored[index]
-        if not keep.any():
-            return None
-        rows = np.flatnonzero(keep)
+    def _anchored_kl(self, index: np.ndarray, batch: Batch,
+                     logits: torch.Tensor) -> tuple[torch.Tensor | None, int]:
+        """Mean KL(teacher || student) over the batch's anchored samples, and their number.
+
+        ``logits``: the student's action logits on the whole ``batch`` (steps ``index``).
+        """
+        rows = np.flatnonzero(self.anchored[index])
+        if not len(rows):
+            return None, 0
         part = Batch(batch.images[rows], [batch.prompts[i] for i in rows], batch.bins[rows],
                      batch.proprio[rows], None, None)
         return anchor_kl(self.teacher_logits(index[rows], part),
-                         logits[torch.as_tensor(rows)]) * (len(rows) / len(index))
+                         logits[torch.as_tensor(rows)]), len(rows)
+
+    def _anchor_term(self, index: np.ndarray, batch: Batch,
+                     logits: torch.Tensor) -> torch.Tensor | None:
+        """The loss's anchor term: the anchored samples' KL, as a share of the batch."""
+        kl, n = self._anchored_kl(index, batch, logits)
+        return None if kl is None else kl * (n / len(index))
 
     @torch.no_grad()
     def evaluate(self, index: np.ndarray, batch_size: int = 64) -> dict:
@@ -540,13 +548,11 @@ class VLATrainer:
             loss, predicted, logits = action_loss(self.vla, images, prompts, bins, proprio,
                                                   features=features,
                                                   subgoal_words=batch.subgoal_words)
-            if self.anchor is not None and self.anchored[chunk].any():
-                rows = np.flatnonzero(self.anchored[chunk])
-                part = Batch(images[rows], [prompts[i] for i in rows], bins[rows],
-                             proprio[rows], None, None)
-                kl_total += float(anchor_kl(self.teacher_logits(chunk[rows], part),
-                                            logits[torch.as_tensor(rows)])) * len(rows)
-                kl_n += len(rows)
+            if self.anchor is not None:
+                kl, anchored = self._anchored_kl(chunk, batch, logits)
+                if anchored:
+                    kl_total += float(kl) * anchored
+                    kl_n += anchored
             if self.pathway_targets is not None:
                 from heisd_ros.training.subgoal import pathway_loss
 
