@@ -5,7 +5,9 @@ which the scripted expert fails are dropped (never written) and counted in the s
 With a take-over policy (``collect(..., policy=...)`` and ``CollectConfig.takeover_steps``)
 each attempt is a policy's episode that the expert finishes (DAgger-style data, see
 :func:`~heisd_ros.sim.demos.record_takeover_episode`); attempts the policy finished itself
-before the take-over are dropped and counted too.
+before the take-over are dropped and counted too. With ``CollectConfig.policy_rollouts``
+each attempt is the policy's own episode, labelled with its own actions
+(:func:`~heisd_ros.sim.demos.record_policy_episode`); attempts it fails are dropped.
 """
 
 from __future__ import annotations
@@ -22,7 +24,12 @@ import numpy as np
 from heisd_ros.data.npz_episodes import episode_path, save_episode
 from heisd_ros.data.rosbag_io import make_typestore, write_episode_bag
 from heisd_ros.sim.config import SimConfig
-from heisd_ros.sim.demos import ExecutionNoise, record_expert_episode, record_takeover_episode
+from heisd_ros.sim.demos import (
+    ExecutionNoise,
+    record_expert_episode,
+    record_policy_episode,
+    record_takeover_episode,
+)
 from heisd_ros.sim.env import PiperSimEnv
 from heisd_ros.sim.expert import ExpertConfig, ScriptedExpert
 from heisd_ros.sim.suites import get_task, list_tasks
@@ -56,6 +63,8 @@ class CollectConfig:
             None = the expert's own episodes.
         takeover_unrecorded_steps: the expert's first steps after a take-over that are
             executed but not recorded (see :func:`~heisd_ros.sim.demos.record_takeover_episode`).
+        policy_rollouts: each attempt is the policy's own episode with its own actions as
+            labels (the policy passed to :func:`collect`; no expert, no execution noise).
     """
 
     suites: tuple[str, ...]
@@ -69,8 +78,15 @@ class CollectConfig:
     noise: ExecutionNoise = ExecutionNoise()
     takeover_steps: tuple[int, int] | None = None
     takeover_unrecorded_steps: int = 0
+    policy_rollouts: bool = False
 
     def __post_init__(self) -> None:
+        if self.policy_rollouts and self.takeover_steps is not None:
+            raise ValueError("policy_rollouts and takeover_steps: choose one (the policy's own "
+                             "episodes, or the expert taking over from it)")
+        if self.policy_rollouts and self.noise.active:
+            raise ValueError("policy_rollouts: execution noise is for expert labels; a "
+                             "policy's rollout records the action it executed")
         if self.takeover_steps is not None:
             first, last = self.takeover_steps
             if not 0 <= first <= last:
@@ -117,12 +133,13 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
     """Record demonstrations; return the JSON-serialisable summary (also the summary file's).
 
     ``policy`` (with ``config.takeover_steps``): drives each attempt until the expert takes
-    over; a ``task`` attribute, if it has one, is set to the task name (hybrid decoders' DB
-    collection).
+    over; (with ``config.policy_rollouts``) drives each attempt alone. A ``task`` attribute,
+    if it has one, is set to the task name (hybrid decoders' DB collection).
     """
-    if (policy is None) != (config.takeover_steps is None):
-        raise ValueError("policy and takeover_steps: pass both (take-over collection) or "
-                         "neither")
+    wants_policy = config.takeover_steps is not None or config.policy_rollouts
+    if (policy is None) == wants_policy:
+        raise ValueError("policy and takeover_steps or policy_rollouts: pass a policy with one "
+                         "of them (take-over collection, the policy's own episodes) or neither")
     out = Path(config.out_dir)
     _check_free(out, config)
     typestore = make_typestore() if config.fmt != "npz" else None
@@ -137,6 +154,8 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
                 if policy is None:
                     record = record_expert_episode(env, expert, seed, config.max_steps,
                                                    config.noise)
+                elif config.policy_rollouts:
+                    record = record_policy_episode(env, policy, seed, config.max_steps)
                 else:
                     attempt = record_takeover_episode(
                         env, expert, policy, seed, takeover_step(config, seed),
@@ -159,13 +178,15 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
             "mean_steps": round(sum(steps) / len(steps), 1) if steps else None}
         if policy is not None:
             per_task[f"{suite}/{task}"]["policy_succeeded_seeds"] = policy_done
-    takeover = None if policy is None else {
+    takeover = None if config.takeover_steps is None else {
         "steps": list(config.takeover_steps), "policy": policy_description or repr(policy),
         "unrecorded_steps": config.takeover_unrecorded_steps}
     return {
         "format": config.fmt, "out_dir": str(out), "seed": config.seed,
         "episodes_per_task": config.episodes, "execution_noise": asdict(config.noise),
         "takeover": takeover,
+        "policy_rollouts": (policy_description or repr(policy)) if config.policy_rollouts
+        else None,
         "total_kept": sum(v["kept"] for v in per_task.values()),
         "total_dropped": sum(v["dropped"] for v in per_task.values()),
         "tasks": per_task, "sim_config": asdict(sim_config or SimConfig()),
@@ -280,7 +301,8 @@ def summary_lines(summary: dict) -> Sequence[str]:
              + (f", mean {v['mean_steps']} steps" if v["mean_steps"] else "")
              for name, v in summary["tasks"].items()]
     what = ("attempts (expert failed, or nothing to record after the take-over)"
-            if summary.get("takeover") else "failed expert episodes")
+            if summary.get("takeover") else "failed policy episodes"
+            if summary.get("policy_rollouts") else "failed expert episodes")
     lines.append(f"total: kept {summary['total_kept']}, dropped {summary['total_dropped']} "
                  f"{what}; written to {summary['out_dir']} ({summary['format']})")
     return lines

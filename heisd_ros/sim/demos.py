@@ -145,6 +145,52 @@ def record_takeover_episode(env: PiperSimEnv, expert: ScriptedExpert, policy, se
     return TakeoverResult(record, takeover_step, steps)
 
 
+def record_policy_episode(env: PiperSimEnv, policy, seed: int,
+                          max_steps: int | None = None) -> EpisodeRecord:
+    """Reset ``env`` with ``seed`` and record ``policy``'s own episode, labelled with its actions.
+
+    The recorded action at each step is the one the policy executed there, so a retrieval DB
+    built from such episodes drafts what the target itself did at a similar state (and a
+    draft the target verifies agrees with its own greedy choice as often as its rollouts
+    repeat). ``record.success`` tells whether the task predicate held before ``max_steps``
+    (the task's own limit by default); callers drop failures, so the DB holds only the
+    target's successful paths. ``policy`` has ``act(observation)`` (an action, or
+    (action, stats)) and optionally ``reset()``.
+    """
+    limit = step_limit(env.task, max_steps)
+    observation = env.reset(seed)
+    reset_policy(policy)
+    act = resolve_policy(policy)
+    task = env.task
+    recorder = EpisodeRecorder(task.suite, task.name, task.instruction, seed,
+                               env.config.control_rate_hz,
+                               metadata={"source": "policy_rollout",
+                                         "sim_config": dataclasses.asdict(env.config)})
+    state = env.robot_state()
+    success = False
+    for _ in range(limit):
+        action, _stats = split_output(act(observation))
+        action = np.asarray(action, dtype=np.float64)
+        result = env.step(action)
+        _add_step(recorder, observation, state, action, result.success)
+        observation, state = result.observation, result.state
+        if result.success:
+            success = True
+            break
+    return recorder.finish(success)
+
+
+def _add_step(recorder: EpisodeRecorder, observation, state, action, success: bool) -> None:
+    """Append one step (the observation and robot state the action was chosen from)."""
+    recorder.add(image_third_person=observation.image_primary,
+                 image_wrist=observation.image_wrist,
+                 joint_positions_rad=state.joint_positions_rad,
+                 gripper_width_m=state.gripper_width_m,
+                 ee_position_m=state.ee_position_m, ee_rpy_rad=state.ee_rpy_rad,
+                 ee_quat_xyzw=observation.extras["ee_quat_xyzw"], action=action,
+                 stamp_s=observation.stamp_s, success=success)
+
+
 def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: int,
                    limit: int, noise: ExecutionNoise | None, metadata: dict,
                    skip: int = 0) -> EpisodeRecord | None:
@@ -169,13 +215,7 @@ def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: 
         executed = action + noise.sample(noise_rng) if noise is not None else action
         result = env.step(executed)
         if step >= skip:
-            recorder.add(image_third_person=observation.image_primary,
-                         image_wrist=observation.image_wrist,
-                         joint_positions_rad=state.joint_positions_rad,
-                         gripper_width_m=state.gripper_width_m,
-                         ee_position_m=state.ee_position_m, ee_rpy_rad=state.ee_rpy_rad,
-                         ee_quat_xyzw=observation.extras["ee_quat_xyzw"], action=action,
-                         stamp_s=observation.stamp_s, success=result.success)
+            _add_step(recorder, observation, state, action, result.success)
         observation, state = result.observation, result.state
         if result.success:
             success = True

@@ -11,6 +11,9 @@ Examples:
         heisd_ros/assets/small_vla.safetensors --takeover-steps 5 60 --out demos_takeover
         # DAgger-style: the VLA (AR) drives, the expert takes over and finishes; recorded
         # from the take-over on
+    heisd-collect --suites piper_spatial piper_object piper_goal piper_long --episodes 25 \
+        --seed 1000 --policy-rollouts heisd_ros/assets/small_vla.safetensors --out rollouts
+        # the VLA's own successful episodes, its actions as labels (a DB of the target's paths)
 
 Each task gets --episodes attempts with seeds --seed, --seed + 1, ...; attempts the scripted
 expert fails are dropped and counted. Output: <out>/<suite>/<task>/episode_<seed>.npz (compact
@@ -89,26 +92,39 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --takeover-policy: the expert's first N steps after the "
                              "take-over are executed but not recorded (its plan starts each "
                              "segment from rest)")
+    parser.add_argument("--policy-rollouts", metavar="VLA", default=None,
+                        help="a small VLA checkpoint that drives each attempt alone (AR "
+                             "decoding with its gripper rule); its successful episodes are "
+                             "recorded with its own actions as labels (a retrieval DB of the "
+                             "target's own paths)")
     parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads of the take-over policy")
+                        help="torch threads of the policy (--takeover-policy, --policy-rollouts)")
     return parser
 
 
-def _takeover_policy(args):
-    """(DecoderPolicy with AR decoding, description) of --takeover-policy, or (None, "")."""
-    if args.takeover_policy is None:
+def _policy(args):
+    """The policy of --takeover-policy or --policy-rollouts, or (None, "") without one.
+
+    Returns (DecoderPolicy with AR decoding, description).
+    """
+    if args.takeover_policy is not None and args.policy_rollouts is not None:
+        raise ValueError("--takeover-policy and --policy-rollouts: choose one")
+    option, path = (("--takeover-policy", args.takeover_policy)
+                    if args.takeover_policy is not None
+                    else ("--policy-rollouts", args.policy_rollouts))
+    if path is None:
         return None, ""
     from pathlib import Path
 
-    if not Path(args.takeover_policy).is_file():
-        raise ValueError(f"--takeover-policy: {args.takeover_policy} is not a file (a small VLA "
-                         f"checkpoint, .safetensors)")
+    if not Path(path).is_file():
+        raise ValueError(f"{option}: {path} is not a file (a small VLA checkpoint, "
+                         f".safetensors)")
     import torch
 
     from heisd_ros.eval.methods import DecoderPolicy, build_method, make_context
 
     torch.set_num_threads(max(1, args.threads))
-    ctx, desc = make_context(["ar"], target_path=args.takeover_policy)
+    ctx, desc = make_context(["ar"], target_path=path)
     return DecoderPolicy(build_method("ar", ctx)), f"ar: {desc['target']}"
 
 
@@ -127,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                                                     args.kick_probability, args.kick_m),
                                takeover_steps=(tuple(args.takeover_steps)
                                                if args.takeover_policy else None),
-                               takeover_unrecorded_steps=args.takeover_unrecorded_steps)
-        policy, policy_desc = _takeover_policy(args)
+                               takeover_unrecorded_steps=args.takeover_unrecorded_steps,
+                               policy_rollouts=args.policy_rollouts is not None)
+        policy, policy_desc = _policy(args)
         sim_config = SimConfig(image_width_px=args.image_size, image_height_px=args.image_size)
         expert_config = ExpertConfig(transit_head_start=args.transit_head_start,
                                      gripper_lead_steps=args.gripper_lead_steps,
