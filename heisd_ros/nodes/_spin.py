@@ -16,11 +16,7 @@ the interpreter's own finalisation; its docstring says why.
 
 from __future__ import annotations
 
-import atexit
-import ctypes
-import os
 import signal
-import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -28,6 +24,8 @@ import rclpy
 from rclpy.executors import Executor, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
+
+from heisd_ros.nodes._exit import exit_process
 
 #: Longest wait of the spin loop, s: the latency from a signal to the start of the teardown.
 POLL_S = 0.1
@@ -76,30 +74,6 @@ def tear_down(executor: Executor, nodes: Sequence[Node]) -> None:
     executor.shutdown()
     for node in reversed(nodes):
         node.destroy_node()
-
-
-def exit_process(code: int) -> NoReturn:
-    """Flush every output and end the process now with ``code``, skipping finalisation.
-
-    Why ``os._exit``: after the orderly teardown nothing is left to clean up, but CPython's
-    finalisation still tears down every module and collects every object; with torch and
-    transformers loaded that took most of the policy node's exit (1.2 s idle, up to ~4.6 s
-    on a loaded machine), and ``ros2 launch`` escalates to SIGTERM after 5 s. What
-    finalisation would have done that matters is done here first: the ``atexit`` functions
-    (Python's ``logging`` flushes its handlers there; tests hook in there too), Python's and
-    C's stdio buffers (rcutils logs through C stdio). Threads still running are not joined:
-    whatever a node must finish (close CAN, the renderer, the DB) belongs in its
-    ``destroy_node``, which :func:`tear_down` has run. Only call this after the rclpy context
-    is shut down (rcl's log file is flushed then).
-    """
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):  # closed, replaced or gone
-            pass
-    ctypes.CDLL(None).fflush(None)  # every C stdio stream (rcutils console output)
-    os._exit(code)
 
 
 def spin_node(make_node: Callable[[], Node], args: list[str] | None = None,

@@ -305,4 +305,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Not sys.exit: the interpreter's finalisation with torch loaded took 1-2 s of every
+    # stop (the node waits for the worker), as it did in the node processes.
+    from heisd_ros.nodes._exit import exit_process
+
+    exit_process(main())
