@@ -150,12 +150,11 @@ def record_policy_episode(env: PiperSimEnv, policy, seed: int,
     """Reset ``env`` with ``seed`` and record ``policy``'s own episode, labelled with its actions.
 
     The recorded action at each step is the one the policy executed there, so a retrieval DB
-    built from such episodes drafts what the target itself did at a similar state (and a
-    draft the target verifies agrees with its own greedy choice as often as its rollouts
-    repeat). ``record.success`` tells whether the task predicate held before ``max_steps``
-    (the task's own limit by default); callers drop failures, so the DB holds only the
-    target's successful paths. ``policy`` has ``act(observation)`` (an action, or
-    (action, stats)) and optionally ``reset()``.
+    built from such episodes drafts what the target itself did at a similar state, where a
+    DB of the expert's demonstrations drafts what the expert did. ``record.success`` tells
+    whether the task predicate held before ``max_steps`` (the task's own limit by default);
+    callers drop failures, so the DB holds only the target's successful paths. ``policy`` has
+    ``act(observation)`` (an action, or (action, stats)) and optionally ``reset()``.
     """
     limit = step_limit(env.task, max_steps)
     observation = env.reset(seed)
