@@ -28,33 +28,32 @@ from test.test_node_policy import tiny_models  # noqa: E402
 def run_delay_s(pid: int) -> float | None:
     """Time the threads of process ``pid`` have waited for a CPU, summed (s); None: unknown.
 
-    Linux's /proc/<pid>/task/<tid>/schedstat: time on a CPU, time runnable on a run queue,
-    timeslices. The stop tears nodes down on several threads, any of which a loaded machine
-    can hold up; a thread that sleeps (a join waiting out a timeout, a hang) adds nothing, so
-    a slow stop of the process's own making still shows.
+    The stop tears nodes down on several threads, any of which a loaded machine can hold up;
+    a thread that sleeps (a join waiting out a timeout, a hang) adds nothing, so a slow stop of
+    the process's own making still shows.
     """
-    total, found = 0.0, False
-    for path in _task_schedstats(pid):
-        try:
-            with open(path) as f:
-                total += int(f.read().split()[1]) * 1e-9
-                found = True
-        except (OSError, IndexError, ValueError):
-            continue  # the thread ended between the listing and the read
-    return total if found else None
-
-
-def _task_schedstats(pid: int) -> list[str]:
     try:
-        return [f"/proc/{pid}/task/{tid}/schedstat" for tid in os.listdir(f"/proc/{pid}/task")]
+        tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return []
+        return None
+    # None: the thread ended between the listing and the read
+    delays = [d for d in (_schedstat_delay_s(f"/proc/{pid}/task/{tid}/schedstat")
+                          for tid in tids) if d is not None]
+    return sum(delays) if delays else None
 
 
 def own_run_delay_s() -> float | None:
     """Time this test's own thread has waited for a CPU (s): its polling is timed too."""
+    return _schedstat_delay_s("/proc/thread-self/schedstat")
+
+
+def _schedstat_delay_s(path: str) -> float | None:
+    """A thread's time runnable on a run queue (s), from Linux's schedstat file; None: unknown.
+
+    The file holds: time on a CPU, time runnable on a run queue, timeslices (ns, ns, count).
+    """
     try:
-        with open("/proc/thread-self/schedstat") as f:
+        with open(path) as f:
             return int(f.read().split()[1]) * 1e-9
     except (OSError, IndexError, ValueError):
         return None

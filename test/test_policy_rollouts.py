@@ -8,7 +8,6 @@ the shipped small VLA through the CLI.
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
@@ -22,27 +21,16 @@ from heisd_ros.sim.demos import ExecutionNoise, record_expert_episode, record_po
 from heisd_ros.sim.env import PiperSimEnv
 from heisd_ros.sim.expert import ScriptedExpert
 from heisd_ros.sim.suites import get_task
+from test.test_expert_takeover import ExpertUntil
 
 SHIPPED_VLA = Path(__file__).resolve().parents[1] / "heisd_ros/assets/small_vla.safetensors"
 SMALL = SimConfig(image_width_px=32, image_height_px=32)
 
 
-class ExpertPolicy:
-    """The scripted expert as a policy; with ``pick`` it picks that object and holds it up."""
+class ExpertPolicy(ExpertUntil):
+    """The scripted expert as a policy, with the ``task`` attribute collect() sets."""
 
     task = None
-
-    def __init__(self, env: PiperSimEnv, pick: str | None = None) -> None:
-        self.expert, self.pick = ScriptedExpert(env), pick
-
-    def reset(self) -> None:
-        self.expert.reset()
-        if self.pick is not None:
-            self.expert._script = itertools.chain(
-                self.expert._pick(self.pick), self.expert._hold(closed=True, steps=10_000))
-
-    def act(self, observation):
-        return self.expert.act(observation)
 
 
 def test_the_experts_rollout_as_a_policy_is_its_demonstration():

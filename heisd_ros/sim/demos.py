@@ -160,34 +160,11 @@ def record_policy_episode(env: PiperSimEnv, policy, seed: int,
     observation = env.reset(seed)
     reset_policy(policy)
     act = resolve_policy(policy)
-    task = env.task
-    recorder = EpisodeRecorder(task.suite, task.name, task.instruction, seed,
-                               env.config.control_rate_hz,
-                               metadata={"source": "policy_rollout",
-                                         "sim_config": dataclasses.asdict(env.config)})
-    state = env.robot_state()
-    success = False
-    for _ in range(limit):
-        action, _stats = split_output(act(observation))
-        action = np.asarray(action, dtype=np.float64)
-        result = env.step(action)
-        _add_step(recorder, observation, state, action, result.success)
-        observation, state = result.observation, result.state
-        if result.success:
-            success = True
-            break
-    return recorder.finish(success)
 
+    def label(obs) -> np.ndarray:
+        return np.asarray(split_output(act(obs))[0], dtype=np.float64)
 
-def _add_step(recorder: EpisodeRecorder, observation, state, action, success: bool) -> None:
-    """Append one step (the observation and robot state the action was chosen from)."""
-    recorder.add(image_third_person=observation.image_primary,
-                 image_wrist=observation.image_wrist,
-                 joint_positions_rad=state.joint_positions_rad,
-                 gripper_width_m=state.gripper_width_m,
-                 ee_position_m=state.ee_position_m, ee_rpy_rad=state.ee_rpy_rad,
-                 ee_quat_xyzw=observation.extras["ee_quat_xyzw"], action=action,
-                 stamp_s=observation.stamp_s, success=success)
+    return _record(env, label, observation, seed, limit, None, {"source": "policy_rollout"})
 
 
 def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: int,
@@ -197,24 +174,42 @@ def _record_expert(env: PiperSimEnv, expert: ScriptedExpert, observation, seed: 
 
     The first ``skip`` steps are executed but not recorded; None when no step was recorded.
     """
-    task = env.task
     noise = noise if noise is not None and noise.active else None
+    return _record(env, expert.act, observation, seed, limit, noise,
+                   {**metadata, "expert_config": dataclasses.asdict(expert.config),
+                    "execution_noise": dataclasses.asdict(noise or ExecutionNoise())},
+                   skip)
+
+
+def _record(env: PiperSimEnv, label, observation, seed: int, limit: int,
+            noise: ExecutionNoise | None, metadata: dict,
+            skip: int = 0) -> EpisodeRecord | None:
+    """Record ``label(observation)``'s actions from ``observation`` on, until success or ``limit``.
+
+    With ``noise`` (active) the arm executes the label plus noise seeded by ``seed``; the
+    record keeps the label. The first ``skip`` steps are executed but not recorded; None when
+    no step was recorded.
+    """
+    task = env.task
     noise_rng = np.random.default_rng([seed, 0xDA27])
     recorder = EpisodeRecorder(task.suite, task.name, task.instruction, seed,
                                env.config.control_rate_hz,
                                metadata={**metadata,
-                                         "sim_config": dataclasses.asdict(env.config),
-                                         "expert_config": dataclasses.asdict(expert.config),
-                                         "execution_noise": dataclasses.asdict(
-                                             noise or ExecutionNoise())})
+                                         "sim_config": dataclasses.asdict(env.config)})
     state = env.robot_state()
     success = False
     for step in range(limit):
-        action = expert.act(observation)
+        action = label(observation)
         executed = action + noise.sample(noise_rng) if noise is not None else action
         result = env.step(executed)
         if step >= skip:
-            _add_step(recorder, observation, state, action, result.success)
+            recorder.add(image_third_person=observation.image_primary,
+                         image_wrist=observation.image_wrist,
+                         joint_positions_rad=state.joint_positions_rad,
+                         gripper_width_m=state.gripper_width_m,
+                         ee_position_m=state.ee_position_m, ee_rpy_rad=state.ee_rpy_rad,
+                         ee_quat_xyzw=observation.extras["ee_quat_xyzw"], action=action,
+                         stamp_s=observation.stamp_s, success=result.success)
         observation, state = result.observation, result.state
         if result.success:
             success = True
