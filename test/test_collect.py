@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,8 +18,16 @@ from heisd_ros.data.rosbag_io import (
     image_from_msg,
     read_bag_messages,
 )
-from heisd_ros.sim.collection import CollectConfig, bag_path, dataset_summary
+from heisd_ros.sim.collection import (
+    CollectConfig,
+    CollectionStopped,
+    bag_path,
+    collect,
+    dataset_summary,
+)
+from heisd_ros.sim.config import SimConfig
 from heisd_ros.tools.collect import main
+from test.polling import wait_until
 
 
 def test_collect_writes_npz_and_mcap_that_read_back(tmp_path, capsys):
@@ -202,3 +213,51 @@ def test_a_summary_from_before_runs_were_listed_counts_as_one_run():
     assert merged["tasks"]["s/t"] == {"attempted": 4, "kept": 3, "dropped": 1,
                                       "dropped_seeds": [3], "mean_steps": 20.0}
     assert (merged["total_kept"], merged["total_dropped"]) == (3, 1)
+
+
+def test_a_collection_stopped_part_way_counts_the_attempts_that_finished(tmp_path):
+    config = CollectConfig(suites=("piper_spatial",),
+                           tasks=("block_left_of_plate", "block_right_of_plate"), episodes=3,
+                           seed=7, out_dir=str(tmp_path / "demos"), max_steps=3)
+    finished = []
+
+    def progress(suite: str, task: str, seed: int, kept: bool) -> None:
+        finished.append((task, seed))
+        if len(finished) == 4:  # the second attempt of the second task
+            raise KeyboardInterrupt
+
+    with pytest.raises(CollectionStopped) as stop:
+        collect(config, SimConfig(image_width_px=32, image_height_px=32), progress=progress)
+    summary = stop.value.summary
+    assert summary["tasks"]["piper_spatial/block_left_of_plate"]["dropped_seeds"] == [7, 8, 9]
+    right = summary["tasks"]["piper_spatial/block_right_of_plate"]
+    assert right["attempted"] == 1 and right["dropped_seeds"] == [7]
+    assert summary["stopped_at"] == {"suite": "piper_spatial", "task": "block_right_of_plate",
+                                     "seed": 8}
+    assert summary["total_dropped"] == 4
+    assert isinstance(stop.value, KeyboardInterrupt)  # Ctrl-C still ends the caller
+
+
+def test_heisd_collect_stopped_by_sigterm_writes_its_summary(tmp_path):
+    out = tmp_path / "demos"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "heisd_ros.tools.collect", "--suites", "piper_goal", "--tasks",
+         "stack_blue_on_red", "--episodes", "40", "--seed", "4", "--image-size", "32",
+         "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: iter_episode_paths(out) if out.is_dir() else False,
+                          timeout_s=300.0), "no episode was written"
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "stopped part-way at piper_goal/stack_blue_on_red" in stderr
+    summary = json.loads((out / "summary.json").read_text())
+    entry = summary["tasks"]["piper_goal/stack_blue_on_red"]
+    written = iter_episode_paths(out)
+    assert entry["kept"] == len(written) >= 1
+    assert entry["attempted"] == entry["kept"] + entry["dropped"] < 40
+    assert summary["runs"][0]["stopped_at"]["seed"] == 4 + entry["attempted"]
+    assert "kept" in stdout

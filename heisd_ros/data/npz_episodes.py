@@ -56,18 +56,22 @@ def save_episode(record: EpisodeRecord, path: str | Path) -> Path:
     """Write ``record`` to ``path``, creating parent directories.
 
     The file is written under a temporary name and then renamed, so a crash never leaves a
-    truncated episode behind.
+    truncated episode behind; an exception or interrupt while writing removes the temporary.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.npz")
     arrays = {name: np.asarray(getattr(record, name)) for name in _ARRAYS}
-    np.savez_compressed(
-        tmp, format_version=np.int64(FORMAT_VERSION), suite=np.str_(record.suite),
-        task=np.str_(record.task), instruction=np.str_(record.instruction),
-        seed=np.int64(record.seed), success=np.bool_(record.success),
-        control_rate_hz=np.float64(record.control_rate_hz),
-        metadata_json=np.str_(json.dumps(record.metadata, sort_keys=True)), **arrays)
+    try:
+        np.savez_compressed(
+            tmp, format_version=np.int64(FORMAT_VERSION), suite=np.str_(record.suite),
+            task=np.str_(record.task), instruction=np.str_(record.instruction),
+            seed=np.int64(record.seed), success=np.bool_(record.success),
+            control_rate_hz=np.float64(record.control_rate_hz),
+            metadata_json=np.str_(json.dumps(record.metadata, sort_keys=True)), **arrays)
+    except BaseException:  # an interrupt too: no half-written file is left behind
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     return path
 

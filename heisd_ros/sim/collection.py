@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +135,9 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
     ``policy`` (with ``config.takeover_steps``): drives each attempt until the expert takes
     over; (with ``config.policy_rollouts``) drives each attempt alone. A ``task`` attribute,
     if it has one, is set to the task name (hybrid decoders' DB collection).
+
+    Raises :class:`CollectionStopped`, which carries the summary of the attempts that finished,
+    when interrupted (KeyboardInterrupt) part-way.
     """
     wants_policy = config.takeover_steps is not None or config.policy_rollouts
     if (policy is None) == wants_policy:
@@ -143,46 +146,95 @@ def collect(config: CollectConfig, sim_config: SimConfig | None = None,
     out = Path(config.out_dir)
     _check_free(out, config)
     typestore = make_typestore() if config.fmt != "npz" else None
-    per_task = {}
-    for suite, task in config.selected():
-        kept, dropped, steps, policy_done = [], [], [], []
-        if policy is not None and hasattr(policy, "task"):
-            policy.task = task
-        with PiperSimEnv(get_task(suite, task), sim_config) as env:
-            expert = ScriptedExpert(env, expert_config)
-            for seed in range(config.seed, config.seed + config.episodes):
-                if policy is None:
-                    record = record_expert_episode(env, expert, seed, config.max_steps,
-                                                   config.noise)
-                elif config.policy_rollouts:
-                    record = record_policy_episode(env, policy, seed, config.max_steps)
-                else:
-                    attempt = record_takeover_episode(
-                        env, expert, policy, seed, takeover_step(config, seed),
-                        config.max_steps, config.noise, config.takeover_unrecorded_steps)
-                    record = attempt.record
-                    if attempt.policy_succeeded:
-                        policy_done.append(seed)
-                kept_this = record is not None and record.success
-                if kept_this:
-                    _write(record, out, config, typestore)
-                    kept.append(seed)
-                    steps.append(record.num_steps)
-                else:
-                    dropped.append(seed)
-                if progress is not None:
-                    progress(suite, task, seed, kept_this)
-        per_task[f"{suite}/{task}"] = {
-            "attempted": config.episodes, "kept": len(kept), "dropped": len(dropped),
-            "dropped_seeds": dropped,
-            "mean_steps": round(sum(steps) / len(steps), 1) if steps else None}
-        if policy is not None:
-            per_task[f"{suite}/{task}"]["policy_succeeded_seeds"] = policy_done
+    per_task: dict[str, dict] = {}
+    with_policy = policy is not None
+    suite = task = None  # the task under way, for a stop part-way
+    counts = _TaskCounts()
+    try:
+        for suite, task in config.selected():
+            counts = _TaskCounts()
+            if policy is not None and hasattr(policy, "task"):
+                policy.task = task
+            with PiperSimEnv(get_task(suite, task), sim_config) as env:
+                expert = ScriptedExpert(env, expert_config)
+                for seed in range(config.seed, config.seed + config.episodes):
+                    if policy is None:
+                        record = record_expert_episode(env, expert, seed, config.max_steps,
+                                                       config.noise)
+                    elif config.policy_rollouts:
+                        record = record_policy_episode(env, policy, seed, config.max_steps)
+                    else:
+                        attempt = record_takeover_episode(
+                            env, expert, policy, seed, takeover_step(config, seed),
+                            config.max_steps, config.noise, config.takeover_unrecorded_steps)
+                        record = attempt.record
+                        if attempt.policy_succeeded:
+                            counts.policy_done.append(seed)
+                    kept_this = record is not None and record.success
+                    if kept_this:
+                        _write(record, out, config, typestore)
+                        counts.kept.append(seed)
+                        counts.steps.append(record.num_steps)
+                    else:
+                        counts.dropped.append(seed)
+                    if progress is not None:
+                        progress(suite, task, seed, kept_this)
+            per_task[f"{suite}/{task}"] = counts.as_dict(with_policy)
+            suite = None
+    except KeyboardInterrupt:
+        if suite is not None and (counts.kept or counts.dropped):
+            per_task[f"{suite}/{task}"] = counts.as_dict(with_policy)
+        summary = _run_summary(config, per_task, sim_config, expert_config, policy,
+                               policy_description)
+        summary["stopped_at"] = None if suite is None else {
+            "suite": suite, "task": task, "seed": config.seed + len(counts.kept)
+            + len(counts.dropped)}
+        raise CollectionStopped(summary) from None
+    return _run_summary(config, per_task, sim_config, expert_config, policy,
+                        policy_description)
+
+
+class CollectionStopped(KeyboardInterrupt):
+    """A collection interrupted part-way (Ctrl-C; SIGTERM in ``heisd-collect``).
+
+    ``summary`` is the run's summary over the attempts that finished (each task's
+    ``attempted`` is what ran) with ``stopped_at``: the suite and task under way and the first
+    seed of it that did not finish (None if it stopped between tasks). Every kept episode of
+    a finished attempt is on disk; the cut-off attempt wrote nothing.
+    """
+
+    def __init__(self, summary: dict) -> None:
+        super().__init__("collection stopped part-way")
+        self.summary = summary
+
+
+@dataclass
+class _TaskCounts:
+    """One task's attempts so far."""
+
+    kept: list[int] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    policy_done: list[int] = field(default_factory=list)
+
+    def as_dict(self, with_policy: bool) -> dict:
+        counts = {"attempted": len(self.kept) + len(self.dropped), "kept": len(self.kept),
+                  "dropped": len(self.dropped), "dropped_seeds": list(self.dropped),
+                  "mean_steps": round(sum(self.steps) / len(self.steps), 1)
+                  if self.steps else None}
+        if with_policy:
+            counts["policy_succeeded_seeds"] = list(self.policy_done)
+        return counts
+
+
+def _run_summary(config: CollectConfig, per_task: dict, sim_config: SimConfig | None,
+                 expert_config: ExpertConfig | None, policy, policy_description: str) -> dict:
+    """The JSON-serialisable summary of one collection run."""
     takeover = None if config.takeover_steps is None else {
         "steps": list(config.takeover_steps), "policy": policy_description or repr(policy),
         "unrecorded_steps": config.takeover_unrecorded_steps}
     return {
-        "format": config.fmt, "out_dir": str(out), "seed": config.seed,
+        "format": config.fmt, "out_dir": str(Path(config.out_dir)), "seed": config.seed,
         "episodes_per_task": config.episodes, "execution_noise": asdict(config.noise),
         "takeover": takeover,
         "policy_rollouts": (policy_description or repr(policy)) if config.policy_rollouts

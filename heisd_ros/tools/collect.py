@@ -19,17 +19,20 @@ Each task gets --episodes attempts with seeds --seed, --seed + 1, ...; attempts 
 expert fails are dropped and counted. Output: <out>/<suite>/<task>/episode_<seed>.npz (compact
 format, see heisd_ros.data.npz_episodes) and/or episode_<seed>_bag/ (rosbag2, MCAP or
 sqlite3), plus <out>/summary.json (every run into <out>, merged). Needs MUJOCO_GL=egl (or
-glfw/osmesa) for rendering.
+glfw/osmesa) for rendering. Stopped part-way (Ctrl-C or SIGTERM), it still adds the attempts
+that finished to summary.json, says where it stopped and exits with 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from heisd_ros.sim.collection import (
     FORMATS,
     CollectConfig,
+    CollectionStopped,
     collect,
     summary_lines,
     write_summary,
@@ -159,15 +162,33 @@ def main(argv: list[str] | None = None) -> int:
                 bar.set_postfix(task=task, **counts)
                 bar.update(1)
 
-            summary = collect(config, sim_config, expert_config, progress=progress,
-                              policy=policy, policy_description=policy_desc)
+            previous_term = signal.signal(signal.SIGTERM, _interrupt)
+            try:
+                summary = collect(config, sim_config, expert_config, progress=progress,
+                                  policy=policy, policy_description=policy_desc)
+            finally:
+                signal.signal(signal.SIGTERM, previous_term)
     except ValueError as err:
         print(f"heisd-collect: {err}", file=sys.stderr)
         return 2
+    except CollectionStopped as stop:
+        path = write_summary(args.out, stop.summary)
+        print("\n".join(summary_lines(stop.summary)))
+        print(f"summary: {path}")
+        where = stop.summary["stopped_at"]
+        print("heisd-collect: stopped part-way" + (
+            f" at {where['suite']}/{where['task']}, seed {where['seed']} (not recorded)"
+            if where else ""), file=sys.stderr)
+        return 130
     path = write_summary(args.out, summary)
     print("\n".join(summary_lines(summary)))
     print(f"summary: {path}")
     return 0
+
+
+def _interrupt(signum, frame) -> None:
+    """SIGTERM handler: stop the way Ctrl-C does, so the summary is written."""
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
