@@ -21,6 +21,7 @@ rclpy, hmsg, hsrv = require_ros()
 from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
 from rclpy.executors import SingleThreadedExecutor  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from heisd_ros.geometry.rotations import rpy_to_matrix  # noqa: E402
@@ -51,6 +52,7 @@ from heisd_ros.robot.emulated_piper import EmulatedPiperConfig  # noqa: E402
 from heisd_ros.robot.gripper import GripperConfig  # noqa: E402
 from heisd_ros.robot.piper import PiperConfig  # noqa: E402
 from heisd_ros.robot.safety import SafetyConfig  # noqa: E402
+from test.polling import spin_until  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 YAML = REPO / "config" / "piper_driver_node.yaml"
@@ -222,3 +224,34 @@ def test_robot_state_becomes_joint_state_and_pose_in_si_units():
     assert pose.header.frame_id == "base_link"
     np.testing.assert_allclose(position, [0.2, -0.1, 0.3])
     np.testing.assert_allclose(rpy_to_matrix(rpy), rpy_to_matrix([3.0, 1.2, -2.0]), atol=1e-12)
+
+
+def test_feedback_goes_on_without_the_executor_and_stops_with_the_node(ros):
+    """/joint_states comes from the node's own thread, not from the executor.
+
+    Once connected (the first control tick, run by the executor), the feedback needs no
+    spinning; destroy_node ends it.
+    """
+    context, client = ros
+    node = PiperDriverNode(context=context, parameter_overrides=[
+        Parameter("emulate", value=True), Parameter("interface", value="virtual"),
+        Parameter("can_channel", value=unique_channel("driver-feedback"))])
+    received = []
+    sub = client.create_subscription(JointState, "/joint_states", received.append, 100)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    executor.add_node(client)
+    try:
+        assert spin_until(executor, lambda: len(received) >= 5, timeout_s=30.0), \
+            "no /joint_states from the emulated arm"
+        executor.remove_node(node)  # from here on nothing runs the driver's callbacks
+        spun_only_client = len(received)
+        assert spin_until(executor, lambda: len(received) >= spun_only_client + 50,
+                          timeout_s=30.0), "the feedback stopped when the executor did"
+        stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for m in received]
+        assert all(b > a for a, b in zip(stamps, stamps[1:], strict=False))
+        node.destroy_node()
+        assert not node._feedback_thread.is_alive()
+    finally:
+        executor.shutdown()
+        client.destroy_subscription(sub)

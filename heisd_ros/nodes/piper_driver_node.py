@@ -95,6 +95,7 @@ its last target.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -189,9 +190,10 @@ class PiperDriverNode(Node):
             sdk_log=capture_sdk_log(),
         )
         # The controller and the robot's command side are touched from one group only; the
-        # feedback side (observe + publish) runs beside it so holding never delays /joint_states.
+        # diagnostics run beside it, and the feedback (observe + publish) on a thread of its
+        # own (below), so holding never delays /joint_states.
         self._control_group = MutuallyExclusiveCallbackGroup()
-        self._feedback_group = MutuallyExclusiveCallbackGroup()
+        self._diagnostics_group = MutuallyExclusiveCallbackGroup()
         self._joint_pub = self.create_publisher(JointState, "/joint_states", 10)
         self._pose_pub = self.create_publisher(PoseStamped, "/ee_pose", 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -212,15 +214,23 @@ class PiperDriverNode(Node):
             1.0 / cfg.control_rate_hz, self._core.tick, callback_group=self._control_group
         )
         self.create_timer(
-            1.0 / cfg.feedback_rate_hz, self._on_feedback, callback_group=self._feedback_group
-        )
-        self.create_timer(
             cfg.diagnostics_period_s,
             self._publish_diagnostics,
-            callback_group=self._feedback_group,
+            callback_group=self._diagnostics_group,
         )
         if self.emulator is not None:
             create_emulator_services(self, self.emulator)
+        # /joint_states + /ee_pose come from a thread of their own, not an executor timer: at
+        # 200 Hz the executor's wake-up, wait-set rebuild and hand-off to a worker cost more
+        # than the publishing itself.
+        self._feedback_stop = threading.Event()
+        self._feedback_thread = threading.Thread(
+            target=self._feedback_loop,
+            args=(1.0 / cfg.feedback_rate_hz,),
+            name="piper_driver-feedback",
+            daemon=True,
+        )
+        self._feedback_thread.start()
 
     def _configure(self, robot_factory: RobotFactory) -> None:
         """Read every parameter into its config; build the emulator, robot and controller."""
@@ -262,11 +272,39 @@ class PiperDriverNode(Node):
         )
 
     def destroy_node(self) -> None:
-        """Close the CAN connection (motors keep their state: no drop), stop the emulator."""
+        """Stop publishing; close the CAN connection (motors keep their state: no drop).
+
+        The emulator, if any, stops too.
+        """
+        self._feedback_stop.set()
+        if self._feedback_thread is not threading.current_thread():
+            self._feedback_thread.join(timeout=2.0)
         self._core.disconnect()
         if self.emulator is not None:
             self.emulator.stop()
         super().destroy_node()
+
+    def _feedback_loop(self, period_s: float) -> None:
+        """Call :meth:`_on_feedback` every ``period_s`` until :meth:`destroy_node`.
+
+        A tick that comes late is not made up with a burst: the schedule restarts from now.
+        An unexpected error is logged (with the count in ``feedback_errors``) and the loop goes
+        on; errors after the node's context has shut down end it quietly.
+        """
+        next_s = time.monotonic()
+        while not self._feedback_stop.wait(max(0.0, next_s - time.monotonic())):
+            now_s = time.monotonic()
+            next_s = next_s + period_s if next_s + period_s > now_s else now_s + period_s
+            try:
+                self._on_feedback()
+            except Exception as exc:  # noqa: BLE001 - reported, and the feedback goes on
+                if self._feedback_stop.is_set() or not self.context.ok():
+                    return
+                self.report.counts["feedback_errors"] += 1
+                self.get_logger().error(
+                    f"publishing feedback failed: {type(exc).__name__}: {exc}",
+                    throttle_duration_sec=10.0,
+                )
 
     def _on_feedback(self) -> None:
         ctl = self._controller
@@ -331,7 +369,8 @@ def _trigger_handler(answer: Callable[[], tuple[bool, str]]):
 
 def main(args: list[str] | None = None) -> None:
     """Run the node until Ctrl-C (SIGINT), SIGTERM or ROS shutdown."""
-    # Two threads: control (commands, tick, services) beside feedback + diagnostics.
+    # Two threads: control (commands, tick, services) beside diagnostics; the feedback has a
+    # thread of its own.
     spin_node(PiperDriverNode, args, num_threads=2)
 
 
