@@ -1,10 +1,14 @@
-"""Command-line helpers shared by the tools: argparse options, parsing, thread limits.
+"""Command-line helpers shared by the tools: argparse options, parsing, thread limits, SIGTERM.
 
 Loading the target is library code: ``heisd_ros.models.loading``.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from heisd_ros.models import loading
@@ -194,3 +198,24 @@ def set_threads(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block SIGTERM unwinds like Ctrl-C (``KeyboardInterrupt("SIGTERM")``).
+
+    A tool's own Ctrl-C handling (stop its workers or children, write what it has) then runs
+    on either signal. Off the main thread, where no handler can be set, it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

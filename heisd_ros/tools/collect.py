@@ -26,7 +26,6 @@ that finished to summary.json, says where it stopped and exits with 130.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
 from heisd_ros.sim.collection import (
@@ -41,6 +40,7 @@ from heisd_ros.sim.config import SimConfig
 from heisd_ros.sim.demos import ExecutionNoise
 from heisd_ros.sim.expert import ExpertConfig
 from heisd_ros.sim.suites import list_suites
+from heisd_ros.tools._common import sigterm_as_interrupt
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,12 +162,9 @@ def main(argv: list[str] | None = None) -> int:
                 bar.set_postfix(task=task, **counts)
                 bar.update(1)
 
-            previous_term = signal.signal(signal.SIGTERM, _interrupt)
-            try:
+            with sigterm_as_interrupt():  # the summary is written on either signal
                 summary = collect(config, sim_config, expert_config, progress=progress,
                                   policy=policy, policy_description=policy_desc)
-            finally:
-                signal.signal(signal.SIGTERM, previous_term)
     except ValueError as err:
         print(f"heisd-collect: {err}", file=sys.stderr)
         return 2
@@ -184,11 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(summary_lines(summary)))
     print(f"summary: {path}")
     return 0
-
-
-def _interrupt(signum, frame) -> None:
-    """SIGTERM handler: stop the way Ctrl-C does, so the summary is written."""
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -499,23 +498,6 @@ def _exit_with_parent(parent_pid: int, period_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="heisd-eval-parent-watch", daemon=True).start()
 
 
-@contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM unwinds like Ctrl-C (KeyboardInterrupt("SIGTERM")), so the workers are stopped."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt("SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _worker(job):
     """One ``--workers`` process: its share of the tasks, each episode reported as it ends."""
     from heisd_ros.tools._common import set_threads
@@ -579,11 +561,11 @@ def main(argv: list[str] | None = None) -> int:
     from heisd_ros.eval import report
     from heisd_ros.eval.closed_loop import table_rows, write_eval_report
     from heisd_ros.eval.job_results import JobResults
-    from heisd_ros.tools._common import set_threads
+    from heisd_ros.tools._common import set_threads, sigterm_as_interrupt
 
     set_threads(args.threads)
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():  # the workers are stopped on either signal
             result, runs = run(args)
     except ValueError as err:
         print(f"heisd-eval: {err}", file=sys.stderr)

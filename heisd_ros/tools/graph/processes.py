@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from heisd_ros.tools._common import sigterm_as_interrupt
+
 #: Log format forced on the children, so their lines parse with their time (s since epoch).
 LOG_FORMAT = "[{severity}] [{time}] [{name}]: {message}"
 #: Stop order by the name's first word: the policy first, whatever it commands last.
@@ -53,10 +55,6 @@ def tail_of(path: str | Path, lines: int = 20) -> str:
         return ""
 
 
-def _raise_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 @contextlib.contextmanager
 def private_context(domain: int) -> Iterator[object]:
     """An rclpy context on ``domain`` without rclpy's signal handlers; SIGTERM = Ctrl-C.
@@ -66,15 +64,14 @@ def private_context(domain: int) -> Iterator[object]:
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain,
-               signal_handler_options=SignalHandlerOptions.NO)
-    try:
-        yield context
-    finally:
-        rclpy.shutdown(context=context)
-        signal.signal(signal.SIGTERM, previous)
+    with sigterm_as_interrupt():
+        context = rclpy.Context()
+        rclpy.init(context=context, domain_id=domain,
+                   signal_handler_options=SignalHandlerOptions.NO)
+        try:
+            yield context
+        finally:
+            rclpy.shutdown(context=context)
 
 
 class NodeProcesses:
