@@ -277,8 +277,7 @@ class PiperDriverNode(Node):
         The emulator, if any, stops too.
         """
         self._feedback_stop.set()
-        if self._feedback_thread is not threading.current_thread():
-            self._feedback_thread.join(timeout=2.0)
+        self._feedback_thread.join(timeout=2.0)
         self._core.disconnect()
         if self.emulator is not None:
             self.emulator.stop()
