@@ -173,6 +173,12 @@ def test_two_runs_at_a_latency_profile_give_identical_episodes(setup, tmp_path, 
     # AR's command age is the paper's step, every time.
     ar = a["suites"][SUITE]["ar"]["real_time"]
     assert ar["command_age_ms"]["p50"] == pytest.approx(ar["command_age_ms"]["p99"])
+    # Every command in one kind of decision; AR's are all AR, all late at this profile.
+    for method in ("ar", "heisd", "heisd_behind", "heisd_deadline"):
+        kinds = a["suites"][SUITE][method]["real_time"]["by_step_kind"]
+        commands = sum(e["commands"] for e in a["episodes"] if e["method"] == method)
+        assert sum(k["steps"] for k in kinds.values()) == commands > 0
+    assert list(ar["by_step_kind"]) == ["AR"] and ar["by_step_kind"]["AR"]["late_share"] == 1.0
     behind = a["suites"][SUITE]["heisd_behind"]
     assert behind["checks"]["checked_behind"] > 0
     assert "device_wait_ms_mean" in behind["real_time"]

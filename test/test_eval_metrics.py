@@ -8,6 +8,7 @@ import pytest
 from heisd_ros.decoding.builder import DecoderResources
 from heisd_ros.decoding.methods import METHODS
 from heisd_ros.eval import metrics, report
+from heisd_ros.eval.closed_loop import late_rows
 from heisd_ros.eval.methods import MethodContext, build_method, check_methods
 from heisd_ros.eval.projection import project
 from heisd_ros.latency import DecisionCounters, LatencyProfile
@@ -150,3 +151,36 @@ def test_report_files_and_tables(tmp_path):
     assert all(p.stat().st_size > 1000 for p in images)
     assert "![t](t.png)" in md.read_text()
     assert report.write_json(tmp_path / "x" / "r.json", {"a": np.float32(1.5)}).is_file()
+
+
+def test_real_time_steps_by_kind_of_decision():
+    def step(late, period, **fields):
+        return {"rt_late": late, "rt_world_latency_ms": 170.0 if late else 66.0,
+                "rt_period_ms": period, "verify_skipped": False, "draft_source": "",
+                "target_forwards": 7, "hybrid": None, **fields}
+
+    steps = [step(False, 100.0, verify_skipped=True, target_forwards=0),
+             step(True, 200.0),
+             step(True, 200.0, draft_source="drafter", target_forwards=4),
+             step(False, 100.0, draft_source="retrieval", target_forwards=1),
+             step(True, 133.3, draft_source="retrieval", target_forwards=1,
+                  hybrid={"skip_rule": "deadline"}),
+             step(True, 166.7, draft_source="ar+retrieval", target_forwards=5),
+             step(False, None, draft_source="retrieval", target_forwards=1)]
+    kinds = [metrics.step_kind(s) for s in steps]
+    assert kinds == ["unverified", "AR", "draft head", "retrieval draft, one forward",
+                     "completed at the deadline", "retrieval draft, more forwards",
+                     "retrieval draft, one forward"]
+    by = metrics.real_time_by_kind(steps)
+    assert list(by) == [k for k in metrics.STEP_KINDS if k in kinds]   # the reports' order
+    assert sum(k["steps"] for k in by.values()) == len(steps)
+    one = by["retrieval draft, one forward"]
+    assert one["steps"] == 2 and one["share"] == pytest.approx(2 / 7)
+    assert one["late_share"] == 0.0 and one["period_ms_mean"] == 100.0   # the last has none
+    assert by["AR"]["late_share"] == 1.0 and by["AR"]["command_age_ms_mean"] == 170.0
+    summary = metrics.real_time_summary([1.0], [len(steps)], steps)["real_time"]
+    assert summary["by_step_kind"] == by
+    header, rows = late_rows({"heisd_deadline": {"real_time": summary}, "ar": {}})
+    assert len(rows) == len(by) and rows[0][:4] == ["heisd_deadline", "unverified", "1 (14%)",
+                                                    "0%"]
+    assert ["heisd_deadline", "AR", "1 (14%)", "100%", "170.0", "200.0"] in rows

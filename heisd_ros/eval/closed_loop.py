@@ -206,6 +206,24 @@ def _real_time_cells(rt: dict) -> list[str]:
             cell(rt.get("world_time_s_mean"), ".2f")]
 
 
+def late_rows(summary: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows): real-time decisions per method and kind of step (no rows in lockstep).
+
+    A decision later than the control period pushes the next one to a later camera frame, so
+    a kind's mean period (decision start to the next start) is what it costs the episode.
+    """
+    header = ["method", "kind of decision", "steps", "late", "cmd age mean ms",
+              "period mean ms"]
+    rows = []
+    for name, s in summary.items():
+        for kind, k in ((s.get("real_time") or {}).get("by_step_kind") or {}).items():
+            period = k["period_ms_mean"]
+            rows.append([name, kind, f"{k['steps']} ({k['share']:.0%})",
+                         f"{k['late_share']:.0%}", f"{k['command_age_ms_mean']:.1f}",
+                         "-" if period is None else f"{period:.1f}"])
+    return header, rows
+
+
 def checks_rows(suites: dict[str, dict]) -> tuple[list[str], list[list[str]]]:
     """(header, rows): per suite and method, how executed actions were checked and the cost.
 
@@ -296,6 +314,10 @@ def write_eval_report(out_dir, result: dict, runs: Sequence[EpisodeRun]) -> dict
                            if s.get("first_goal_progress"))["first_goal_progress"])
         sections.append(("How far episodes got (fraction, first goal object, all suites)",
                          report.markdown_table(["method", *stages], progress_rows)))
+    late = late_rows(overall)
+    if late[1]:
+        sections.append(("Where the world time goes, by kind of decision (all suites)",
+                         report.markdown_table(*late)))
     sections.append(("Who checked each executed action, and what it cost",
                      report.markdown_table(*checks_rows(result["suites"]))))
     sections.append(("Projection", report.projection_markdown(result["projection"])))

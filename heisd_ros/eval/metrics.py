@@ -271,7 +271,8 @@ def real_time_summary(world_times_s: Sequence[float], commands: Sequence[int],
         ``world_time_s_mean``; with ``successes`` (one per episode) also
         ``world_time_to_success_s_mean``; at a latency profile also ``device_wait_ms_mean``
         and ``device_waits`` (decisions that waited for a check behind holding the device);
-        None where there is nothing to average (JSON keeps it).
+        ``by_step_kind`` (:func:`real_time_by_kind`); None where there is nothing to average
+        (JSON keeps it).
     """
     if len(world_times_s) != len(commands):
         raise ValueError(f"world_times_s/commands: expected one of each per episode, got "
@@ -292,4 +293,56 @@ def real_time_summary(world_times_s: Sequence[float], commands: Sequence[int],
     if waits:
         out["device_waits"] = int(sum(w > 0 for w in waits))
         out["device_wait_ms_mean"] = float(np.mean(waits))
+    out["by_step_kind"] = real_time_by_kind(steps)
     return summary
+
+
+#: Step kinds of :func:`step_kind`, in the order reports list them.
+STEP_KINDS: tuple[str, ...] = (
+    "unverified", "completed at the deadline", "retrieval draft, one forward",
+    "retrieval draft, more forwards", "draft head", "AR")
+
+
+def step_kind(step: dict) -> str:
+    """What kind of decision a step record was (one of :data:`STEP_KINDS`).
+
+    ``unverified``: executed without a target forward; ``completed at the deadline``:
+    ``heisd_deadline`` completed it after its forward budget; ``retrieval draft, one
+    forward`` / ``more forwards``: verified with a retrieval draft in the prefill, accepted
+    whole (one target forward) or not; ``draft head``: verified with the draft head's trees
+    only; ``AR``: no draft at all.
+    """
+    if step.get("verify_skipped"):
+        return "unverified"
+    if (step.get("hybrid") or {}).get("skip_rule") == "deadline":
+        return "completed at the deadline"
+    source = step.get("draft_source") or ""
+    if "retrieval" in source:
+        return ("retrieval draft, one forward" if step.get("target_forwards") == 1
+                else "retrieval draft, more forwards")
+    return "draft head" if "drafter" in source else "AR"
+
+
+def real_time_by_kind(steps: Sequence[dict]) -> dict[str, dict]:
+    """Real-time steps by :func:`step_kind`: where late decisions come from.
+
+    Per kind present: ``steps``, ``share`` (of all steps), ``late_share`` (of that kind's
+    commands later than a control period), ``command_age_ms_mean`` and ``period_ms_mean``
+    (world time from the decision's start to the next's, None without a next: what the kind
+    costs the episode).
+    """
+    kinds: dict[str, list[dict]] = {}
+    for s in steps:
+        kinds.setdefault(step_kind(s), []).append(s)
+    out = {}
+    for kind in STEP_KINDS:
+        items = kinds.get(kind)
+        if not items:
+            continue
+        periods = [s["rt_period_ms"] for s in items if s.get("rt_period_ms") is not None]
+        out[kind] = {
+            "steps": len(items), "share": len(items) / len(steps),
+            "late_share": float(np.mean([bool(s["rt_late"]) for s in items])),
+            "command_age_ms_mean": float(np.mean([s["rt_world_latency_ms"] for s in items])),
+            "period_ms_mean": float(np.mean(periods)) if periods else None}
+    return out
