@@ -9,13 +9,19 @@ import pytest
 
 from heisd_ros.decoding.behind import check_action
 from heisd_ros.decoding.deadline import predicted_tail
-from heisd_ros.decoding.interface import BEHIND_CONFIRMED, BEHIND_NONE, BEHIND_REJECTED
+from heisd_ros.decoding.interface import (
+    BEHIND_CONFIRMED,
+    BEHIND_NONE,
+    BEHIND_REJECTED,
+    DRAFT_RETRIEVAL,
+)
 from heisd_ros.decoding.unverified import UnverifiedConfig
 from heisd_ros.eval.metrics import checks_summary
 from heisd_ros.latency.counters import DecisionCounters
 from heisd_ros.latency.pricing import DeviceTimeline, price
 from heisd_ros.latency.profile import load_profile
 from test.test_checks_behind import BEHIND, observation_at, target_action
+from test.test_hybrid_helpers import STRAIGHT_FAST, ar_bins
 from test.test_unverified import Loop, first_verified, point
 
 
@@ -96,7 +102,7 @@ def test_a_completion_that_would_change_the_gripper_is_verified_instead(tiny_tra
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_with_a_budget_it_never_reaches_it_decodes_as_heisd_behind(tiny_trained_vla, seed):
-    """The property: the budget is the only difference from ``heisd_behind``."""
+    """The property: with the router's window full, only the budget differs from heisd_behind."""
     vla = tiny_trained_vla
     rng = np.random.default_rng(seed)
     loops = [Loop(vla, "heisd_behind", config=BEHIND),
@@ -204,3 +210,61 @@ def test_a_completed_step_is_marked_not_verified_in_the_node_messages(tiny_train
     assert msg.target_forwards == 1 and msg.unverified_run == 2
     command = command_msg(step, 2, Time(), "base_link")
     assert command.source == EECommand.SOURCE_RETRIEVAL_SKIP and not command.gripper_from_target
+
+
+def test_before_the_routers_window_is_full_it_drafts_from_retrieval_exactly(tiny_trained_vla):
+    """Before the router's window is full, heisd_deadline drafts from retrieval, exactly.
+
+    At an episode's start (too short a window for the router) ``heisd_behind`` decodes with
+    the drafter or AR, several target forwards; ``heisd_deadline`` puts the retrieval draft in
+    the prefill (one forward when the retrieved action is the target's) and accepts it only
+    where it equals the target's greedy tokens; nothing runs unverified.
+    """
+    vla = tiny_trained_vla
+    short = STRAIGHT_FAST[:1]
+    loops = {m: Loop(vla, m, config=BEHIND) for m in ("heisd_behind", "heisd_deadline")}
+    for method, loop in loops.items():
+        own = ar_bins(vla, loop.observations[0])
+        loop.answer = [point(own, 0)]
+        got = loop.decode(observation_at(loop, 0), ee_positions_m=short)
+        rec = got.record
+        assert not rec.verify_skipped and rec.unverified_run == 0, rec.why
+        np.testing.assert_array_equal(got.bins, own)
+        if method == "heisd_behind":
+            assert rec.retrieval_calls == 0 and rec.draft_source != DRAFT_RETRIEVAL
+            assert got.stats.target_forwards > 1
+        else:
+            assert rec.retrieval_calls == 1 and rec.draft_source == DRAFT_RETRIEVAL
+            assert got.stats.target_forwards == 1
+            assert "retrieval drafts, verified exactly" in rec.why
+        loop.episode = loop.episode.executed(got.action)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_before_the_routers_window_is_full_no_draft_token_is_relaxed(tiny_trained_vla, seed):
+    """The property: with too short a window, no retrieval token is accepted by tolerance.
+
+    The drafts are a few bins off the target (within the relaxed rule's tolerances, which
+    accept them once the window is full). The action's tokens up to and including the
+    target's own token at the first refused position are AR's; any after it are completed
+    at the deadline and checked behind.
+    """
+    vla = tiny_trained_vla
+    rng = np.random.default_rng(seed)
+    loop = Loop(vla, "heisd_deadline", config=BEHIND)
+    first_verified(loop, vla)
+    for t in range(1, 4):
+        target = target_action(vla, loop, t)
+        near = np.array(target)
+        dims = rng.choice(6, 2, replace=False)
+        near[dims] = np.clip(near[dims] + rng.choice([-3, 3], 2), 0, 255)
+        loop.answer = [other_demo(near, t)]
+        got = loop.decode(observation_at(loop, t), ee_positions_m=STRAIGHT_FAST[:1])
+        rec, completed = got.record, got.stats.completed_tokens
+        assert rec.draft_source == DRAFT_RETRIEVAL and not rec.verify_skipped, rec.why
+        verified = 7 - completed
+        assert verified >= min(dims) + 1, rec.why
+        np.testing.assert_array_equal(got.bins[:verified], target[:verified])
+        assert bool(completed) == rec.checked_behind == (rec.skip_rule == "deadline")
+        loop.decoder.collect_check()
+        loop.episode = loop.episode.executed(got.action)

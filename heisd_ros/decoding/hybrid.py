@@ -6,7 +6,9 @@ Per control step (one 7-token action):
 2. route: methods with a router ask :class:`KinematicRouter` about the last w executed EE
    positions (passed in, or collected from ``observation.proprio[:3]``); high F -> retrieval,
    low F or too short a history -> drafter. ``heisd`` and ``heisd_ar`` draft from retrieval
-   on low-F steps too (once the window is full); there the router only keeps steps verified;
+   on low-F steps too (once the window is full); there the router only keeps steps
+   verified. ``heisd_deadline`` also drafts from retrieval before the window is full,
+   accepted only where it equals the target's greedy tokens;
 3. retrieval: query the DB (deadline-bounded). Slow, empty, failing or absent -> the drafter
    for this step (and AR when there is no draft head);
 4. unverified execution (``heisd_ros.decoding.unverified``): ``heisd`` follows the
@@ -342,6 +344,7 @@ class HybridDecoder(Decoder):
 
         # use_retrieval: query the DB and draft from it; may_skip: a step may run unverified.
         use_retrieval = may_skip = sw.retrieval
+        exact_draft = False     # the retrieval draft accepted only where it is the target's
         if self.router is not None:
             history = (np.asarray(ee_positions_m, dtype=np.float64).reshape(-1, 3)
                        if ee_positions_m is not None else np.asarray(list(self._history)))
@@ -351,12 +354,16 @@ class HybridDecoder(Decoder):
             if sw.checks_behind and not self.config.unverified.behind_router_gate:
                 # Checked behind: any step with the router's full window may run unverified.
                 may_skip = math.isfinite(decision.fused)
+            # NaN: too short a window
+            exact_draft = (sw.drafts_from_retrieval_from_start
+                           and not math.isfinite(decision.fused))
             slow_retrieval = (not may_skip and sw.drafts_from_retrieval_when_slow
-                              and math.isfinite(decision.fused))   # NaN: too short a window
-            use_retrieval = may_skip or slow_retrieval
+                              and math.isfinite(decision.fused))
+            use_retrieval = may_skip or slow_retrieval or exact_draft
             notes.append(f"router F={decision.fused:.3f} vs {decision.threshold:.3f} "
                          f"({decision.n_points} pts) -> {decision.mode}"
-                         + (" (retrieval drafts, verified)" if slow_retrieval else ""))
+                         + (" (retrieval drafts, verified)" if slow_retrieval else "")
+                         + (" (retrieval drafts, verified exactly)" if exact_draft else ""))
         outcome = None
         if use_retrieval and self.retrieval is None:
             use_retrieval = False
@@ -410,7 +417,7 @@ class HybridDecoder(Decoder):
                     notes.append("no completion at the deadline: the check behind rejected "
                                  "the last action")
             result = self._verified(observation, prefix, outcome if use_retrieval else None,
-                                    notes, complete)
+                                    notes, complete, exact=exact_draft)
             # Only the follow rule reads the anchor: others skip the candidates' comparison.
             anchor = (_executed_point(outcome, result.bins, self.retrieval.config.judge)
                       if sw.follow and use_retrieval else None)
@@ -526,8 +533,11 @@ class HybridDecoder(Decoder):
                             record=HybridStepRecord(verify_skipped=True))
 
     def _verified(self, observation: Observation, prefix, outcome: RetrievalOutcome | None,
-                  notes: list[str], complete=None) -> ActionResult:
+                  notes: list[str], complete=None, exact: bool = False) -> ActionResult:
         """Decode with the target.
+
+        ``exact``: the retrieval draft is accepted only where it equals the target's greedy
+        tokens, not by the method's relaxed rule (``complete`` still applies).
 
         ``complete`` (with a retrieval draft): ``heisd_deadline``'s completion at
         ``deadline_forwards`` (:func:`~heisd_ros.decoding.deadline.completion_at_deadline`).
@@ -537,7 +547,8 @@ class HybridDecoder(Decoder):
             self.retrieval.prepare(outcome)
             tail = self._tail_costs.choose() if self._tail_costs is not None else None
             source = _RetrievalThenDrafter(self.retrieval, self.drafter,
-                                           self._retrieval_rule, self._drafter_rule,
+                                           exact_rule if exact else self._retrieval_rule,
+                                           self._drafter_rule,
                                            later_by_ar=tail == "ar")
             budget = self.config.unverified.deadline_forwards if complete is not None else None
             decoder = ActionDecoder(self.target, source, source.rule, self.codec,

@@ -18,7 +18,9 @@ they execute, a rejection forcing the next step verified, so every executed acti
 before it runs or within one step after); ``heisd_deadline`` (``heisd_behind`` whose verified
 steps stop at the forwards that land within the control period: an action still incomplete
 then takes the rest from the target's own predictions along the drafted branch nearest its
-tokens, and the remaining verification round runs behind while it executes).
+tokens, and the remaining verification round runs behind while it executes; before the
+router's window is full its steps draft from retrieval too, accepted exactly, and are
+completed at the deadline like the rest).
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ class Switches:
     drafts from retrieval once the router has its full window; the router's F then decides
     only which steps may run unverified (high F), not which source drafts a verified step.
     Without it the router chooses the draft source, as in the paper.
+
+    ``drafts_from_retrieval_from_start``: the steps before the router has its full window (an
+    episode's first ``window - 1``) draft from retrieval too, accepted only where the draft
+    equals the target's greedy tokens (the relaxed rule waits for the window); nothing runs
+    unverified before it is full. With ``completes_at_deadline`` an action still incomplete
+    at the budget is completed and checked behind, as later in the episode. Without it those
+    steps are decoded by the drafter or AR alone, which at ``openvla-7b-paper`` take 1.3-2
+    control periods each.
 
     ``checks_behind``: every action that runs unverified is verified by the target on a
     background thread while it executes (``heisd_ros.decoding.behind``); a rejection forces
@@ -55,6 +65,7 @@ class Switches:
     follow: bool = False
     router_executes: bool = False
     drafts_from_retrieval_when_slow: bool = False
+    drafts_from_retrieval_from_start: bool = False
     checks_behind: bool = False
     completes_at_deadline: bool = False
 
@@ -80,7 +91,8 @@ METHODS: dict[str, Switches] = {
     "heisd_behind": Switches(True, True, True, True, True, False, follow=True,
                              drafts_from_retrieval_when_slow=True, checks_behind=True),
     "heisd_deadline": Switches(True, True, True, True, True, False, follow=True,
-                               drafts_from_retrieval_when_slow=True, checks_behind=True,
+                               drafts_from_retrieval_when_slow=True,
+                               drafts_from_retrieval_from_start=True, checks_behind=True,
                                completes_at_deadline=True),
 }
 #: The names, in ablation order.
