@@ -237,7 +237,6 @@ def test_before_the_routers_window_is_full_it_drafts_from_retrieval_exactly(tiny
             assert rec.retrieval_calls == 1 and rec.draft_source == DRAFT_RETRIEVAL
             assert got.stats.target_forwards == 1
             assert "retrieval drafts, verified exactly" in rec.why
-        loop.episode = loop.episode.executed(got.action)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -350,15 +350,13 @@ class HybridDecoder(Decoder):
                        if ee_positions_m is not None else np.asarray(list(self._history)))
             decision = self.router.decide(history.reshape(-1, 3))
             _fill_route(record, decision)
+            window_full = math.isfinite(decision.fused)   # NaN: too short a window
             may_skip = decision.mode == MODE_RETRIEVAL
             if sw.checks_behind and not self.config.unverified.behind_router_gate:
                 # Checked behind: any step with the router's full window may run unverified.
-                may_skip = math.isfinite(decision.fused)
-            # NaN: too short a window
-            exact_draft = (sw.drafts_from_retrieval_from_start
-                           and not math.isfinite(decision.fused))
-            slow_retrieval = (not may_skip and sw.drafts_from_retrieval_when_slow
-                              and math.isfinite(decision.fused))
+                may_skip = window_full
+            exact_draft = sw.drafts_from_retrieval_from_start and not window_full
+            slow_retrieval = not may_skip and sw.drafts_from_retrieval_when_slow and window_full
             use_retrieval = may_skip or slow_retrieval or exact_draft
             notes.append(f"router F={decision.fused:.3f} vs {decision.threshold:.3f} "
                          f"({decision.n_points} pts) -> {decision.mode}"

@@ -314,7 +314,7 @@ def step_kind(step: dict) -> str:
     """
     if step.get("verify_skipped"):
         return "unverified"
-    if (step.get("hybrid") or {}).get("skip_rule") == "deadline":
+    if (step.get("hybrid") or {}).get("skip_rule") == RULE_DEADLINE:
         return "completed at the deadline"
     source = step.get("draft_source") or ""
     if "retrieval" in source:
