@@ -179,6 +179,37 @@ def test_empty_drafter_path_is_the_shipped_head_for_the_shipped_vla():
     assert warnings == []
 
 
+def test_the_moving_world_specialist_gets_its_own_shipped_head():
+    import json
+
+    from heisd_ros.models import draft_head_choice as head_choice
+    from heisd_ros.models.checkpoint import load_small_vla
+    from heisd_ros.models.loading import DEFAULT_TARGET_PATH, file_digest
+    from heisd_ros.retrieval.embedding import model_fingerprint
+
+    specialist = DEFAULT_TARGET_PATH.with_name("small_vla_dynamic.safetensors")
+    head_file = DEFAULT_TARGET_PATH.with_name("draft_head_dynamic.safetensors")
+    card = json.loads(DEFAULT_TARGET_PATH.with_name("small_vla_dynamic_card.json").read_text())
+    assert file_digest(specialist) == card["sha256"][:16]
+    target = load_small_vla(specialist)
+    assert model_fingerprint(target) == card["fingerprint"]
+    assert model_fingerprint(target) != model_fingerprint(load_small_vla(DEFAULT_TARGET_PATH))
+    assert target.gripper_switch_probability == pytest.approx(0.4)
+    warnings = []
+    head, description = pd.resolve_draft_head(ModelConfig(path=str(specialist)), target,
+                                              warnings.append)
+    assert description == f"shipped draft head {head_file}" and warnings == []
+    assert head_choice.draft_head_fingerprint(head_file) == model_fingerprint(target)
+    # the static suites' head is refused for it, and the specialist's for the shipped VLA
+    with pytest.raises(ValueError, match="was trained for the target"):
+        pd.resolve_draft_head(ModelConfig(path=str(specialist),
+                                          drafter_path=str(head_choice.SHIPPED_DRAFT_HEAD)),
+                              target)
+    shipped = load_small_vla(DEFAULT_TARGET_PATH)
+    with pytest.raises(ValueError, match="was trained for the target"):
+        pd.resolve_draft_head(ModelConfig(drafter_path=str(head_file)), shipped)
+
+
 def test_empty_drafter_path_with_another_target_is_an_untrained_head_and_warns(tiny):
     _root, vla, target, _head = tiny
     warnings = []

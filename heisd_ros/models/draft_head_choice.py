@@ -6,7 +6,9 @@ The rule, the same for the policy node, heisd-eval, heisd-replay, heisd-record a
    another target (neither its sha256 nor its model fingerprint matches) is refused;
 2. else the shipped head (``heisd_ros/assets/draft_head.safetensors``) when the target is the
    VLA it was trained for (the shipped small VLA: the same file by sha256, or the same
-   weights by model fingerprint, so a metadata-only change such as the gripper rule keeps it);
+   weights by model fingerprint, so a metadata-only change such as the gripper rule keeps it),
+   or a shipped specialist's head (``draft_head_dynamic.safetensors``) when the target is
+   that specialist (the same rule);
 3. else a seeded untrained head (exact, but AL ~1 and slower than AR): ``warn`` gets a line
    saying so and :attr:`HeadChoice.untrained` is True, for the caller's report.
 
@@ -29,6 +31,9 @@ from heisd_ros.models.loading import DEFAULT_TARGET_PATH, file_digest
 
 #: The draft head shipped with the small VLA (trained for ``DEFAULT_TARGET_PATH``).
 SHIPPED_DRAFT_HEAD = DEFAULT_TARGET_PATH.with_name("draft_head.safetensors")
+#: Heads shipped for the other shipped small VLAs (``small_vla_<name>`` gets
+#: ``draft_head_<name>``): chosen for such a target as the shipped head is for the shipped VLA.
+SHIPPED_OTHER_HEADS = (DEFAULT_TARGET_PATH.with_name("draft_head_dynamic.safetensors"),)
 #: How messages name the shipped small VLA (a path inside the installed package).
 SHIPPED_TARGET_NAME = f"heisd_ros/assets/{DEFAULT_TARGET_PATH.name}"
 #: How heisd-train-drafter's card names its target: ``"<file name> (sha256 <16 hex>)"``
@@ -197,6 +202,10 @@ def choose_draft_head(target, target_path: Path | None, drafter_path: str | None
                 recorded is None and file == DEFAULT_TARGET_PATH):
             return HeadChoice(load_draft_head(SHIPPED_DRAFT_HEAD, target),
                               f"shipped draft head {SHIPPED_DRAFT_HEAD}")
+        for other in SHIPPED_OTHER_HEADS:     # a shipped specialist's head
+            if other.is_file() and _trained_for(other, draft_head_target(other)[0], sha,
+                                                target):
+                return HeadChoice(load_draft_head(other, target), f"shipped draft head {other}")
         reason = (f"the shipped draft head is for {head_target_text(SHIPPED_DRAFT_HEAD)}, the "
                   f"target is {loaded}")
     else:
