@@ -255,3 +255,27 @@ def test_eval_at_fixed_latencies_and_the_sweep(tiny_target_path, tmp_path, capsy
     assert "--real-time run" in capsys.readouterr().err
     assert eval_tool.main([*common, "--latency-profile", "fixed:0", "--no-pace"]) == 2
     assert "never paced" in capsys.readouterr().err
+
+
+def test_the_sweep_plot_marks_other_methods_at_their_own_command_age(tmp_path):
+    """AR's line over fixed latencies, and a HeiSD method of the profile run as a marker."""
+    from matplotlib import image
+
+    from heisd_ros.eval.sweep import plot_sweep, sweep_table
+
+    def point(profile, method, age, wins):
+        return {"profile": profile, "suite": "piper_dynamic", "method": method,
+                "successes": wins, "episodes": 10, "success_rate": wins / 10,
+                "sr_wilson95": [max(0.0, wins / 10 - 0.2), min(1.0, wins / 10 + 0.2)],
+                "world_time_to_success_s": 12.0 if wins else None, "late_share": 0.5,
+                "command_age_p50_ms": age}
+
+    points = [point("fixed:0", "ar", 0.0, 8), point("fixed:200", "ar", 200.0, 2),
+              point("openvla-7b-paper", "ar", 174.0, 1),
+              point("openvla-7b-paper", "heisd_deadline", 99.0, 6)]
+    only_ar = plot_sweep(tmp_path / "ar.png", points[:3])
+    both = plot_sweep(tmp_path / "both.png", points)
+    assert image.imread(both).shape == image.imread(only_ar).shape
+    assert (image.imread(both) != image.imread(only_ar)).any()   # the marker and its legend
+    _header, rows = sweep_table(points)
+    assert [r[1] for r in rows].count("heisd_deadline") == 1

@@ -65,7 +65,11 @@ def sweep_table(points: list[dict]) -> tuple[list[str], list[list[str]]]:
 
 
 def plot_sweep(path, points: list[dict], method: str = "ar") -> Path:
-    """Success (with 95% intervals) and world time to success against command age, per suite."""
+    """Success (with 95% intervals) and world time to success against command age, per suite.
+
+    ``method``'s points draw a line per suite; the other methods' points (runs at a profile
+    with several methods) are single markers with their intervals at their own command age.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,6 +94,18 @@ def plot_sweep(path, points: list[dict], method: str = "ar") -> Path:
                if p["world_time_to_success_s"] is not None]
         if won:
             right.plot(*zip(*won, strict=True), marker="o", label=suite, **style)
+    # other methods of the same runs (a run at a profile with several methods): one marker
+    # each, at its own command age, on the suite drawn in black (or the only one)
+    suites = {p["suite"] for p in points}
+    main = "all" if "all" in suites else (next(iter(suites)) if len(suites) == 1 else None)
+    others = [p for p in points if p["method"] != method and p["suite"] == main
+              and p["command_age_p50_ms"] is not None]
+    for marker, p in zip("sD^vP*Xh" * len(others), others, strict=False):
+        left.errorbar([p["command_age_p50_ms"]], [p["success_rate"]],
+                      yerr=[[p["success_rate"] - p["sr_wilson95"][0]],
+                            [p["sr_wilson95"][1] - p["success_rate"]]],
+                      marker=marker, markersize=8, capsize=3, linestyle="none",
+                      label=f"{p['method']} ({p['profile']})")
     for name in sorted({p["profile"] for p in points if not p["profile"].startswith("fixed:")}):
         ages = [p["command_age_p50_ms"] for p in points if p["profile"] == name
                 and p["method"] == method and p["suite"] == "all"]
