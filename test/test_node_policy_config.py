@@ -210,10 +210,19 @@ def test_the_moving_world_specialist_gets_its_own_shipped_head():
         pd.resolve_draft_head(ModelConfig(drafter_path=str(head_file)), shipped)
 
 
-def test_empty_drafter_path_with_another_target_is_an_untrained_head_and_warns(tiny):
+def test_empty_drafter_path_with_another_target_is_an_untrained_head_and_warns(tiny,
+                                                                             monkeypatch):
+    from heisd_ros.retrieval import embedding
+
     _root, vla, target, _head = tiny
+    fingerprinted = []
+    hash_weights = embedding.model_fingerprint
+    monkeypatch.setattr(embedding, "model_fingerprint",
+                        lambda t: fingerprinted.append(t) or hash_weights(t))
     warnings = []
     head, description = pd.resolve_draft_head(ModelConfig(path=vla), target, warnings.append)
+    # every shipped head was tried; the target's weights were hashed once for all of them
+    assert fingerprinted == [target]
     assert description.startswith("untrained draft head") and "shipped" in description
     assert warnings == [description] and head.config.hidden_size == target.hidden_size
     # the shipped head's target as the user knows it, never the training run's path in its card

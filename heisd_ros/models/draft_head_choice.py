@@ -20,6 +20,7 @@ training run (the shipped head's says ``runs/s15/...``), which the user cannot a
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -31,8 +32,8 @@ from heisd_ros.models.loading import DEFAULT_TARGET_PATH, file_digest
 
 #: The draft head shipped with the small VLA (trained for ``DEFAULT_TARGET_PATH``).
 SHIPPED_DRAFT_HEAD = DEFAULT_TARGET_PATH.with_name("draft_head.safetensors")
-#: Heads shipped for the other shipped small VLAs (``small_vla_<name>`` gets
-#: ``draft_head_<name>``): chosen for such a target as the shipped head is for the shipped VLA.
+#: Heads shipped for the other shipped small VLAs (``draft_head_dynamic`` for
+#: ``small_vla_dynamic``): chosen, by the same rule, for the target their cards name.
 SHIPPED_OTHER_HEADS = (DEFAULT_TARGET_PATH.with_name("draft_head_dynamic.safetensors"),)
 #: How messages name the shipped small VLA (a path inside the installed package).
 SHIPPED_TARGET_NAME = f"heisd_ros/assets/{DEFAULT_TARGET_PATH.name}"
@@ -143,16 +144,17 @@ def _same_sha(a: str, b: str) -> bool:
     return a[:n] == b[:n]
 
 
-def _trained_for(head_path, recorded_sha: str | None, sha: str | None, target) -> bool:
-    """Whether the head at ``head_path`` was trained for ``target`` (file sha or weights)."""
+def _trained_for(head_path, recorded_sha: str | None, sha: str | None,
+                 target_fingerprint: Callable[[], str]) -> bool:
+    """Whether the head at ``head_path`` was trained for the target (file sha or weights).
+
+    ``target_fingerprint()`` gives the target's model fingerprint; it hashes the weights, so
+    callers pass one cached function for all the heads they try.
+    """
     if sha is not None and recorded_sha is not None and _same_sha(recorded_sha, sha):
         return True
     fingerprint = draft_head_fingerprint(head_path)
-    if fingerprint is None:
-        return False
-    from heisd_ros.retrieval.embedding import model_fingerprint
-
-    return fingerprint == model_fingerprint(target)
+    return fingerprint is not None and fingerprint == target_fingerprint()
 
 
 def choose_draft_head(target, target_path: Path | None, drafter_path: str | None, seed: int,
@@ -177,6 +179,13 @@ def choose_draft_head(target, target_path: Path | None, drafter_path: str | None
 
     file = target_path
     sha = file_digest(file) if file is not None and file.is_file() else None
+
+    @functools.cache
+    def target_fingerprint() -> str:
+        from heisd_ros.retrieval.embedding import model_fingerprint
+
+        return model_fingerprint(target)
+
     if sha:
         loaded = f"{file} (sha256 {sha})"
     elif getattr(target, "checkpoint", None) is not None:    # OpenVLA: a directory
@@ -189,23 +198,22 @@ def choose_draft_head(target, target_path: Path | None, drafter_path: str | None
         if recorded is None:
             return HeadChoice(head, f"draft head {drafter_path} (target not recorded, "
                                     f"not checked)")
-        if not _trained_for(drafter_path, recorded, sha, target):
+        if not _trained_for(drafter_path, recorded, sha, target_fingerprint):
             raise ValueError(f"{option}: {drafter_path} was trained for the target "
                              f"{head_target_text(drafter_path)}, but the loaded target is "
                              f"{loaded}; use a draft head trained for this target "
                              f"(heisd-train-drafter --target ...) or set {target_option} to the "
                              f"target it was trained for")
         return HeadChoice(head, f"draft head {drafter_path} (trained for this target)")
+    for shipped in (SHIPPED_DRAFT_HEAD, *SHIPPED_OTHER_HEADS):
+        if not shipped.is_file():
+            continue
+        recorded = draft_head_target(shipped)[0]
+        if _trained_for(shipped, recorded, sha, target_fingerprint) or (
+                shipped == SHIPPED_DRAFT_HEAD and recorded is None
+                and file == DEFAULT_TARGET_PATH):
+            return HeadChoice(load_draft_head(shipped, target), f"shipped draft head {shipped}")
     if SHIPPED_DRAFT_HEAD.is_file():
-        recorded = draft_head_target(SHIPPED_DRAFT_HEAD)[0]
-        if _trained_for(SHIPPED_DRAFT_HEAD, recorded, sha, target) or (
-                recorded is None and file == DEFAULT_TARGET_PATH):
-            return HeadChoice(load_draft_head(SHIPPED_DRAFT_HEAD, target),
-                              f"shipped draft head {SHIPPED_DRAFT_HEAD}")
-        for other in SHIPPED_OTHER_HEADS:     # a shipped specialist's head
-            if other.is_file() and _trained_for(other, draft_head_target(other)[0], sha,
-                                                target):
-                return HeadChoice(load_draft_head(other, target), f"shipped draft head {other}")
         reason = (f"the shipped draft head is for {head_target_text(SHIPPED_DRAFT_HEAD)}, the "
                   f"target is {loaded}")
     else:
