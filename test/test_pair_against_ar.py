@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "pair_against_ar.py"
+from test.fixtures_scripts import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("pair_against_ar", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("pair_against_ar")
 
 
 def _episode(seed, method, success, world_s=None, commands=None, suite="s", task="t"):

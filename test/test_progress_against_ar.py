@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "progress_against_ar.py"
+from test.fixtures_scripts import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("progress_against_ar", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("progress_against_ar")
 
 
 def _row(verified, source, executed, ar):
